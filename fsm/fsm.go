@@ -1,0 +1,342 @@
+// Package fsm is raftlock's deterministic lock state machine.
+//
+// Every replica applies the same log entries in the same order and so reaches
+// the same state: Apply reads no clock, no random source and no network.
+// Time enters only through the leader's monotonic stamp carried in each entry
+// (see DESIGN.md); fencing tokens are the Raft indexes of granting entries.
+package fsm
+
+import (
+	"container/heap"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Status is the outcome of a command. Outcomes are values, not errors: a lock
+// that is held is a normal answer, replicated like any other.
+type Status uint8
+
+// Outcomes of Apply.
+const (
+	StatusOK        Status = iota
+	StatusHeld             // acquire: someone else holds the lock (or its lock-delay runs)
+	StatusNotHolder        // renew/release: the lease does not hold the lock
+	StatusInvalid          // the command is well-formed bytes but meaningless
+)
+
+func (s Status) String() string {
+	return [...]string{"ok", "held", "not_holder", "invalid"}[s]
+}
+
+// Lock is the public view of a held lease. LeaseID is the holder's secret:
+// callers that show a Lock to anyone but its holder must blank it.
+type Lock struct {
+	Name      string
+	Owner     string
+	LeaseID   string
+	Token     uint64 // Raft index of the granting entry
+	TTL       int64  // milliseconds
+	LockDelay int64  // milliseconds, applied if the lease expires
+	Deadline  int64  // FSM clock nanoseconds at which the lease expires
+}
+
+// Result is what Apply returns for one command.
+type Result struct {
+	Status Status
+	Lock   Lock  // StatusOK for acquire/renew: the lease as it now stands
+	Holder Lock  // StatusHeld: who holds the lock, or held it before the running lock-delay
+	Retry  int64 // StatusHeld during lock-delay: milliseconds until it ends
+	// Freed lists locks that became acquirable during this entry (released,
+	// expired without lock-delay, or at the end of a lock-delay), so the leader
+	// can serve waiters.
+	Freed []string
+}
+
+// entry is a lock that is either held or in its lock-delay after an expiry.
+type entry struct {
+	lock    Lock
+	delayed bool  // true: lease expired, nobody may acquire until until
+	until   int64 // deadline (held) or end of lock-delay (delayed), FSM clock ns
+	slot    int   // position in the timers heap
+}
+
+// Clock is the FSM's notion of time: nanoseconds built only from intervals one
+// leader measured within its own term.
+type Clock struct {
+	Now   int64  // FSM clock, nanoseconds
+	Term  uint64 // term of the last applied entry
+	Stamp int64  // highest leader stamp seen in that term
+	Index uint64 // last applied Raft index
+}
+
+// Machine is the lock state machine. It is safe for concurrent use: Apply
+// takes the write lock, readers the read lock.
+type Machine struct {
+	mu     sync.RWMutex
+	clock  Clock
+	locks  map[string]*entry
+	timers timerHeap // every entry, ordered by until
+	held   int
+	nodes  map[string]string // node id -> HTTP address
+}
+
+// New returns an empty machine.
+func New() *Machine {
+	return &Machine{locks: make(map[string]*entry), nodes: make(map[string]string)}
+}
+
+// Apply decodes and applies the entry at index, written in term. An error
+// means the bytes are not a command; Raft callers must treat that as fatal,
+// since replicas would otherwise diverge.
+func (m *Machine) Apply(index, term uint64, data []byte) (Result, error) {
+	cmd, err := DecodeCommand(data)
+	if err != nil {
+		return Result{}, err
+	}
+	return m.ApplyCommand(index, term, cmd), nil
+}
+
+// ApplyCommand applies a decoded command.
+func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.advance(index, term, c.Stamp)
+	freed := m.expireDue()
+	var r Result
+	switch c.Op {
+	case OpAcquire:
+		r = m.acquire(index, c)
+	case OpRenew:
+		r = m.renew(c)
+	case OpRelease:
+		r = m.release(c)
+	case OpTick:
+	case OpSetNode:
+		if c.NodeID == "" {
+			r.Status = StatusInvalid
+			break
+		}
+		m.nodes[c.NodeID] = c.NodeAddr
+	case OpRemoveNode:
+		delete(m.nodes, c.NodeID)
+	default:
+		r.Status = StatusInvalid
+	}
+	r.Freed = append(freed, r.Freed...)
+	return r
+}
+
+// advance moves the FSM clock by the time the same leader measured between
+// its previous stamp and this one. Across a change of term nothing is added:
+// two leaders' monotonic clocks cannot be compared, and adding nothing can
+// only lengthen leases, never shorten them.
+func (m *Machine) advance(index, term uint64, stamp int64) {
+	m.clock.Index = index
+	if term != m.clock.Term {
+		m.clock.Term, m.clock.Stamp = term, stamp
+		return
+	}
+	// Entries of one leader can reach the log slightly out of stamp order;
+	// keeping the highest stamp means the clock never runs ahead of the leader.
+	if stamp > m.clock.Stamp {
+		m.clock.Now += stamp - m.clock.Stamp
+		m.clock.Stamp = stamp
+	}
+}
+
+// expireDue ends every lease and lock-delay whose time has come. It runs on
+// every entry, so all replicas expire a lease at the same log position.
+func (m *Machine) expireDue() []string {
+	var freed []string
+	for len(m.timers) > 0 && m.timers[0].until <= m.clock.Now {
+		e := m.timers[0]
+		if !e.delayed && e.lock.LockDelay > 0 {
+			// Chubby/Consul lock-delay: a holder that vanished may still be
+			// writing, so keep the lock from new holders for a while.
+			e.delayed = true
+			e.until = m.clock.Now + e.lock.LockDelay*1e6
+			m.held--
+			heap.Fix(&m.timers, 0)
+			continue
+		}
+		heap.Pop(&m.timers)
+		if !e.delayed {
+			m.held--
+		}
+		delete(m.locks, e.lock.Name)
+		freed = append(freed, e.lock.Name)
+	}
+	return freed
+}
+
+func (m *Machine) acquire(index uint64, c Command) Result {
+	if c.Name == "" || c.LeaseID == "" || c.TTL <= 0 || c.LockDelay < 0 {
+		return Result{Status: StatusInvalid}
+	}
+	if e, ok := m.locks[c.Name]; ok {
+		if e.delayed {
+			return Result{Status: StatusHeld, Holder: e.lock, Retry: ceilMillis(e.until - m.clock.Now)}
+		}
+		if e.lock.LeaseID != c.LeaseID {
+			return Result{Status: StatusHeld, Holder: e.lock}
+		}
+		// The same lease asks again: a client retrying after a timeout. It
+		// keeps its token and, like a renew, its deadline moves from now.
+		e.lock.TTL, e.lock.LockDelay = c.TTL, c.LockDelay
+		m.setUntil(e, m.clock.Now+c.TTL*1e6)
+		return Result{Status: StatusOK, Lock: e.lock}
+	}
+	e := &entry{lock: Lock{
+		Name: c.Name, Owner: c.Owner, LeaseID: c.LeaseID,
+		Token: index, TTL: c.TTL, LockDelay: c.LockDelay,
+	}}
+	e.until = m.clock.Now + c.TTL*1e6
+	e.lock.Deadline = e.until
+	m.locks[c.Name] = e
+	heap.Push(&m.timers, e)
+	m.held++
+	return Result{Status: StatusOK, Lock: e.lock}
+}
+
+func (m *Machine) renew(c Command) Result {
+	if c.TTL < 0 {
+		return Result{Status: StatusInvalid}
+	}
+	e := m.holding(c)
+	if e == nil {
+		return Result{Status: StatusNotHolder}
+	}
+	if c.TTL > 0 {
+		e.lock.TTL = c.TTL
+	}
+	m.setUntil(e, m.clock.Now+e.lock.TTL*1e6)
+	return Result{Status: StatusOK, Lock: e.lock}
+}
+
+func (m *Machine) release(c Command) Result {
+	e := m.holding(c)
+	if e == nil {
+		return Result{Status: StatusNotHolder}
+	}
+	heap.Remove(&m.timers, e.slot)
+	delete(m.locks, c.Name)
+	m.held--
+	return Result{Status: StatusOK, Lock: e.lock, Freed: []string{c.Name}}
+}
+
+// holding returns the entry c's lease holds, or nil.
+func (m *Machine) holding(c Command) *entry {
+	e, ok := m.locks[c.Name]
+	if !ok || e.delayed || c.LeaseID == "" || e.lock.LeaseID != c.LeaseID {
+		return nil
+	}
+	return e
+}
+
+func (m *Machine) setUntil(e *entry, until int64) {
+	e.until, e.lock.Deadline = until, until
+	heap.Fix(&m.timers, e.slot)
+}
+
+// ceilMillis converts nanoseconds to milliseconds, rounding up so a client
+// that waits that long is never early.
+func ceilMillis(ns int64) int64 {
+	return (ns + 1e6 - 1) / 1e6
+}
+
+// Get returns the lease holding name, if any.
+func (m *Machine) Get(name string) (Lock, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.locks[name]
+	if !ok || e.delayed {
+		return Lock{}, false
+	}
+	return e.lock, true
+}
+
+// List returns held locks whose names start with prefix, sorted by name, at
+// most limit of them (limit <= 0: all), and whether more matched.
+func (m *Machine) List(prefix string, limit int) ([]Lock, bool) {
+	m.mu.RLock()
+	var out []Lock
+	for name, e := range m.locks {
+		if !e.delayed && strings.HasPrefix(name, prefix) {
+			out = append(out, e.lock)
+		}
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if limit > 0 && len(out) > limit {
+		return out[:limit], true
+	}
+	return out, false
+}
+
+// Clock returns the FSM clock as of the last applied entry.
+func (m *Machine) Clock() Clock {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.clock
+}
+
+// NextTimer returns the FSM clock time of the next expiry or end of
+// lock-delay, and false when there is none.
+func (m *Machine) NextTimer() (int64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if len(m.timers) == 0 {
+		return 0, false
+	}
+	return m.timers[0].until, true
+}
+
+// HeldCount returns how many leases are held.
+func (m *Machine) HeldCount() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.held
+}
+
+// Nodes returns a copy of the node id -> HTTP address table.
+func (m *Machine) Nodes() map[string]string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make(map[string]string, len(m.nodes))
+	for id, addr := range m.nodes {
+		out[id] = addr
+	}
+	return out
+}
+
+// NodeAddr returns one node's HTTP address.
+func (m *Machine) NodeAddr(id string) (string, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	addr, ok := m.nodes[id]
+	return addr, ok
+}
+
+// timerHeap orders entries by until; container/heap keeps each entry's slot
+// current so renewals and releases can fix or remove it in O(log n).
+type timerHeap []*entry
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].until < h[j].until }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].slot, h[j].slot = i, j
+}
+func (h *timerHeap) Push(x any) {
+	e := x.(*entry)
+	e.slot = len(*h)
+	*h = append(*h, e)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}

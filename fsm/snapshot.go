@@ -1,0 +1,212 @@
+package fsm
+
+import (
+	"bufio"
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+)
+
+// snapshotMagic opens every snapshot; snapshotVersion follows it so that a
+// newer format is refused clearly instead of misread.
+const (
+	snapshotMagic   = "RAFTLOCK-SNAP"
+	snapshotVersion = 1
+)
+
+// ErrBadSnapshot is returned by Restore for data it cannot read.
+var ErrBadSnapshot = errors.New("fsm: malformed snapshot")
+
+// Snapshot is a point-in-time copy of the state, taken under the lock so it
+// can be written out while Apply goes on.
+type Snapshot struct {
+	clock   Clock
+	entries []entry
+	nodes   map[string]string
+}
+
+// Snapshot copies the state. Copying values (not pointers) keeps the copy
+// independent of later applies.
+func (m *Machine) Snapshot() *Snapshot {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s := &Snapshot{clock: m.clock, entries: make([]entry, 0, len(m.locks)), nodes: make(map[string]string, len(m.nodes))}
+	for _, e := range m.locks {
+		s.entries = append(s.entries, *e)
+	}
+	for id, addr := range m.nodes {
+		s.nodes[id] = addr
+	}
+	return s
+}
+
+// WriteTo writes the snapshot in the versioned binary format. Locks are
+// sorted by name so equal states write equal bytes.
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	sort.Slice(s.entries, func(i, j int) bool { return s.entries[i].lock.Name < s.entries[j].lock.Name })
+	cw := &countingWriter{w: w}
+	bw := bufio.NewWriterSize(cw, 64<<10)
+	var buf []byte
+	buf = append(buf, snapshotMagic...)
+	buf = binary.AppendUvarint(buf, snapshotVersion)
+	buf = binary.AppendVarint(buf, s.clock.Now)
+	buf = binary.AppendUvarint(buf, s.clock.Term)
+	buf = binary.AppendVarint(buf, s.clock.Stamp)
+	buf = binary.AppendUvarint(buf, s.clock.Index)
+	buf = binary.AppendUvarint(buf, uint64(len(s.entries)))
+	for i := range s.entries {
+		e := &s.entries[i]
+		buf = appendString(buf, e.lock.Name)
+		buf = appendString(buf, e.lock.Owner)
+		buf = appendString(buf, e.lock.LeaseID)
+		buf = binary.AppendUvarint(buf, e.lock.Token)
+		buf = binary.AppendVarint(buf, e.lock.TTL)
+		buf = binary.AppendVarint(buf, e.lock.LockDelay)
+		buf = binary.AppendVarint(buf, e.lock.Deadline)
+		buf = binary.AppendVarint(buf, e.until)
+		if e.delayed {
+			buf = append(buf, 1)
+		} else {
+			buf = append(buf, 0)
+		}
+		if len(buf) > 32<<10 {
+			if _, err := bw.Write(buf); err != nil {
+				return cw.n, fmt.Errorf("write snapshot: %w", err)
+			}
+			buf = buf[:0]
+		}
+	}
+	ids := make([]string, 0, len(s.nodes))
+	for id := range s.nodes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	buf = binary.AppendUvarint(buf, uint64(len(ids)))
+	for _, id := range ids {
+		buf = appendString(buf, id)
+		buf = appendString(buf, s.nodes[id])
+	}
+	if _, err := bw.Write(buf); err != nil {
+		return cw.n, fmt.Errorf("write snapshot: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, fmt.Errorf("write snapshot: %w", err)
+	}
+	return cw.n, nil
+}
+
+// Restore replaces the machine's state with a snapshot read from r.
+func (m *Machine) Restore(r io.Reader) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	rd := snapReader{r: br}
+	magic := make([]byte, len(snapshotMagic))
+	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != snapshotMagic {
+		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
+	}
+	if v := rd.uvarint(); rd.err == nil && v != snapshotVersion {
+		return fmt.Errorf("%w: unsupported version %d", ErrBadSnapshot, v)
+	}
+	n := New()
+	n.clock = Clock{Now: rd.varint(), Term: rd.uvarint(), Stamp: rd.varint(), Index: rd.uvarint()}
+	count := rd.uvarint()
+	for i := uint64(0); i < count && rd.err == nil; i++ {
+		e := &entry{}
+		e.lock.Name = rd.string()
+		e.lock.Owner = rd.string()
+		e.lock.LeaseID = rd.string()
+		e.lock.Token = rd.uvarint()
+		e.lock.TTL = rd.varint()
+		e.lock.LockDelay = rd.varint()
+		e.lock.Deadline = rd.varint()
+		e.until = rd.varint()
+		e.delayed = rd.byte() == 1
+		if !e.delayed {
+			n.held++
+		}
+		e.slot = len(n.timers)
+		n.timers = append(n.timers, e)
+		n.locks[e.lock.Name] = e
+	}
+	nodes := rd.uvarint()
+	for i := uint64(0); i < nodes && rd.err == nil; i++ {
+		id := rd.string()
+		n.nodes[id] = rd.string()
+	}
+	if rd.err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSnapshot, rd.err)
+	}
+	heap.Init(&n.timers)
+	m.mu.Lock()
+	m.clock, m.locks, m.timers, m.held, m.nodes = n.clock, n.locks, n.timers, n.held, n.nodes
+	m.mu.Unlock()
+	return nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// snapReader reads snapshot fields, remembering the first error.
+type snapReader struct {
+	r   *bufio.Reader
+	err error
+}
+
+func (s *snapReader) uvarint() uint64 {
+	if s.err != nil {
+		return 0
+	}
+	v, err := binary.ReadUvarint(s.r)
+	s.err = err
+	return v
+}
+
+func (s *snapReader) varint() int64 {
+	if s.err != nil {
+		return 0
+	}
+	v, err := binary.ReadVarint(s.r)
+	s.err = err
+	return v
+}
+
+func (s *snapReader) byte() byte {
+	if s.err != nil {
+		return 0
+	}
+	b, err := s.r.ReadByte()
+	s.err = err
+	return b
+}
+
+// maxSnapString bounds one string so a corrupt length cannot allocate gigabytes.
+const maxSnapString = 1 << 20
+
+func (s *snapReader) string() string {
+	n := s.uvarint()
+	if s.err != nil {
+		return ""
+	}
+	if n > maxSnapString {
+		s.err = fmt.Errorf("string of %d bytes", n)
+		return ""
+	}
+	b := make([]byte, n)
+	_, s.err = io.ReadFull(s.r, b)
+	return string(b)
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

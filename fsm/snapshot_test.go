@@ -1,0 +1,72 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func snapshotBytes(t testing.TB, m *Machine) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := m.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	return buf.Bytes()
+}
+
+func TestSnapshotRestoreRoundTrip(t *testing.T) {
+	l := newLog(t).at(0)
+	l.apply(Command{Op: OpSetNode, NodeID: "n1", NodeAddr: "127.0.0.1:8001"})
+	for i, n := range []string{"a", "b", "c", "d"} {
+		c := acquire(n, "L"+n, int64(1000*(i+1)))
+		c.LockDelay = 300
+		l.apply(c)
+	}
+	l.apply(release("b", "Lb"))
+	l.at(1000).apply(tick()) // "a" expires into its lock-delay
+
+	before := snapshotBytes(t, l.m)
+	restored := New()
+	if err := restored.Restore(bytes.NewReader(before)); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if after := snapshotBytes(t, restored); !bytes.Equal(before, after) {
+		t.Fatal("snapshot of restored state differs from the original")
+	}
+	if !reflect.DeepEqual(restored.Clock(), l.m.Clock()) || restored.HeldCount() != l.m.HeldCount() {
+		t.Fatalf("clock/held differ: %+v %d vs %+v %d", restored.Clock(), restored.HeldCount(), l.m.Clock(), l.m.HeldCount())
+	}
+	want, _ := l.m.List("", 0)
+	got, _ := restored.List("", 0)
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(restored.Nodes(), l.m.Nodes()) {
+		t.Fatalf("state differs:\n%+v\n%+v", got, want)
+	}
+
+	// The restored machine keeps its timers: both go on to the same state.
+	l.m = restored
+	r := l.at(1300).apply(tick())
+	if !reflect.DeepEqual(r.Freed, []string{"a"}) {
+		t.Fatalf("after restore, end of lock-delay freed %v", r.Freed)
+	}
+}
+
+func TestRestoreRejectsGarbage(t *testing.T) {
+	good := snapshotBytes(t, newLog(t).m)
+	for name, data := range map[string][]byte{
+		"empty":          nil,
+		"wrong magic":    []byte("NOT-A-SNAPSHOT-AT-ALL"),
+		"truncated":      good[:len(good)-1],
+		"future version": append([]byte(snapshotMagic), 9),
+	} {
+		m := New()
+		m.ApplyCommand(1, 1, acquire("keep", "L", 1000))
+		if err := m.Restore(bytes.NewReader(data)); !errors.Is(err, ErrBadSnapshot) {
+			t.Errorf("%s: err %v, want ErrBadSnapshot", name, err)
+		}
+		if _, ok := m.Get("keep"); !ok {
+			t.Errorf("%s: a failed restore changed the state", name)
+		}
+	}
+}
