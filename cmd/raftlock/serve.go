@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/raftlock/raftlock/httpapi"
+	"github.com/raftlock/raftlock/raftnode"
+)
+
+const serveUsage = `Usage: raftlock serve [flags]
+
+Runs one raftlock node. Every flag also reads RAFTLOCK_<FLAG> from the
+environment (RAFTLOCK_HTTP_ADDR, ...); the command line wins.
+
+Examples:
+  raftlock serve --dev
+  raftlock serve --id n1 --data-dir /var/lib/raftlock --http-addr 127.0.0.1:8001 \
+      --raft-addr 127.0.0.1:9001 --peers n1=127.0.0.1:9001,n2=127.0.0.1:9002,n3=127.0.0.1:9003
+  raftlock serve --id n4 --data-dir d4 --http-addr 127.0.0.1:8004 --raft-addr 127.0.0.1:9004 \
+      --join http://127.0.0.1:8001
+
+Flags:
+`
+
+// serveConfig is what the serve flags say.
+type serveConfig struct {
+	node     raftnode.Config
+	httpAddr string
+	dev      bool
+	logLevel string
+	logJSON  bool
+}
+
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
+	var peers string
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
+	fs.StringVar(&c.node.ID, "id", "", "this node's id, unique in the cluster")
+	fs.StringVar(&c.node.DataDir, "data-dir", "", "directory for the Raft log, stable store and snapshots")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8001", "HTTP API listen address")
+	fs.StringVar(&c.node.RaftAddr, "raft-addr", "127.0.0.1:9001", "Raft transport listen address")
+	fs.StringVar(&c.node.AdvertiseHTTP, "advertise-http", "", "HTTP address other nodes dial (default: --http-addr)")
+	fs.StringVar(&c.node.AdvertiseRaft, "advertise-raft", "", "Raft address other nodes dial (default: --raft-addr)")
+	fs.StringVar(&peers, "peers", "", "initial voters id=raft_addr,...; used only on an empty data dir")
+	fs.StringVar(&c.node.Join, "join", "", "HTTP URL of a running node to join through (empty data dir)")
+	fs.BoolVar(&c.dev, "dev", false, "one node with a fresh temporary data dir on 127.0.0.1:8001")
+	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
+	fs.DurationVar(&c.node.ElectionTimeout, "election-timeout", time.Second, "Raft election timeout")
+	fs.DurationVar(&c.node.HeartbeatTimeout, "heartbeat-timeout", time.Second, "Raft heartbeat timeout")
+	fs.Uint64Var(&c.node.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
+	fs.Uint64Var(&c.node.TrailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := applyEnv(fs, getenv); err != nil {
+		return c, err
+	}
+	p, err := parsePeers(peers)
+	if err != nil {
+		return c, err
+	}
+	c.node.Peers = p
+	if c.dev {
+		if c.node.ID == "" {
+			c.node.ID = "dev"
+		}
+		if c.node.DataDir == "" {
+			dir, err := os.MkdirTemp("", "raftlock-dev-")
+			if err != nil {
+				return c, fmt.Errorf("--dev: temporary data dir: %w", err)
+			}
+			c.node.DataDir = dir
+		}
+		if len(c.node.Peers) == 0 && c.node.Join == "" {
+			c.node.Peers = map[string]string{c.node.ID: advertiseOr(c.node.AdvertiseRaft, c.node.RaftAddr)}
+		}
+	}
+	switch {
+	case c.node.ID == "":
+		return c, errors.New("--id is required (or --dev)")
+	case c.node.DataDir == "":
+		return c, errors.New("--data-dir is required (or --dev)")
+	case len(c.node.Peers) > 0 && c.node.Join != "":
+		return c, errors.New("--peers and --join exclude each other")
+	}
+	if c.node.AdvertiseHTTP == "" {
+		c.node.AdvertiseHTTP = c.httpAddr
+	}
+	for flagName, addr := range map[string]string{"--advertise-http": c.node.AdvertiseHTTP, "--advertise-raft": advertiseOr(c.node.AdvertiseRaft, c.node.RaftAddr)} {
+		if host, _, err := net.SplitHostPort(addr); err != nil || host == "" || net.ParseIP(host).IsUnspecified() {
+			return c, fmt.Errorf("%s: %q is not an address other nodes can dial; set %s", flagName, addr, flagName)
+		}
+	}
+	if hclog.LevelFromString(c.logLevel) == hclog.NoLevel {
+		return c, fmt.Errorf("--log-level: unknown level %q", c.logLevel)
+	}
+	return c, nil
+}
+
+func advertiseOr(advertise, listen string) string {
+	if advertise != "" {
+		return advertise
+	}
+	return listen
+}
+
+func serve(args []string, stderr io.Writer) int {
+	cfg, err := parseServe(args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "raftlock serve: %v\n", err)
+		return exitUsage
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name: "raftlock", Level: hclog.LevelFromString(cfg.logLevel), JSONFormat: cfg.logJSON, Output: stderr,
+	})
+	cfg.node.Logger = logger.With("node", cfg.node.ID)
+	if err := runNode(cfg, logger); err != nil {
+		fmt.Fprintf(stderr, "raftlock serve: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// runNode serves until SIGTERM or SIGINT, then hands leadership over, stops
+// serving and returns nil.
+func runNode(cfg serveConfig, logger hclog.Logger) error {
+	if cfg.dev {
+		defer os.RemoveAll(cfg.node.DataDir)
+	}
+	ln, err := net.Listen("tcp", cfg.httpAddr)
+	if err != nil {
+		return fmt.Errorf("http address %s: %w", cfg.httpAddr, err)
+	}
+	defer ln.Close()
+	node, err := raftnode.New(cfg.node)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           httpapi.New(node, httpapi.Options{Logger: logger}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	logger.Info("serving", "id", cfg.node.ID, "http", cfg.httpAddr, "raft", cfg.node.RaftAddr, "data_dir", cfg.node.DataDir)
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
+	select {
+	case s := <-sig:
+		logger.Info("shutting down", "signal", s.String())
+	case err := <-serveErr:
+		node.Close()
+		return fmt.Errorf("http server: %w", err)
+	}
+	shutdownErr := node.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(ctx)
+	if shutdownErr != nil {
+		logger.Warn("raft shutdown", "error", shutdownErr)
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+)
+
+type nodeView struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	Voter    bool   `json:"voter"`
+	Leader   bool   `json:"leader"`
+}
+
+type clusterView struct {
+	Leader       string     `json:"leader"`
+	Term         uint64     `json:"term"`
+	CommitIndex  uint64     `json:"commit_index"`
+	AppliedIndex uint64     `json:"applied_index"`
+	Nodes        []nodeView `json:"nodes"`
+}
+
+// cluster answers from this node's view, on any node.
+func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
+	st, err := s.store.Status()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	v := clusterView{Leader: st.Leader, Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Nodes: []nodeView{}}
+	for _, n := range st.Nodes {
+		v.Nodes = append(v.Nodes, nodeView{n.ID, n.RaftAddr, n.HTTPAddr, n.Voter, n.Leader})
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) join(w http.ResponseWriter, r *http.Request) {
+	var req joinRequest
+	body, ok := s.parse(w, r, &req)
+	if !ok {
+		return
+	}
+	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
+		if err := s.store.Join(ctx, req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
+			return 0, nil, err
+		}
+		s.log.Info("node joined", "id", req.ID, "raft_addr", req.RaftAddr, "http_addr", req.HTTPAddr)
+		return http.StatusOK, map[string]string{"joined": req.ID}, nil
+	})
+}
+
+func (s *Server) leave(w http.ResponseWriter, r *http.Request) {
+	var req leaveRequest
+	body, ok := s.parse(w, r, &req)
+	if !ok {
+		return
+	}
+	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
+		if err := s.store.Leave(ctx, req.ID); err != nil {
+			return 0, nil, err
+		}
+		s.log.Info("node left", "id", req.ID)
+		return http.StatusOK, map[string]string{"left": req.ID}, nil
+	})
+}
+
+func (s *Server) transfer(w http.ResponseWriter, r *http.Request) {
+	var req transferRequest
+	body, ok := s.parse(w, r, &req)
+	if !ok {
+		return
+	}
+	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
+		if err := s.store.TransferLeadership(ctx, req.ID); err != nil {
+			return 0, nil, err
+		}
+		leader, _ := s.store.Leader()
+		return http.StatusOK, map[string]string{"leader": leader}, nil
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if !s.store.Ready() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+}

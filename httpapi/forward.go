@@ -1,0 +1,104 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/raftlock/raftlock/raftnode"
+)
+
+// headerForwarded marks a request relayed by a follower, naming it. A node
+// that is not the leader answers such a request itself (503) instead of
+// forwarding again, so a request never travels in a loop.
+const headerForwarded = "X-Raftlock-Forwarded-By"
+
+// decision is what a handler's leader-side work produced.
+type decision func(ctx context.Context) (status int, body any, err error)
+
+// onLeader runs decide where it can be decided: here if this node leads,
+// otherwise on the leader through one forwarded hop. While no leader is
+// known it waits up to LeaderWait, then answers 503 no_leader.
+func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, decide decision) {
+	ctx := r.Context()
+	deadline := time.Now().Add(s.opts.LeaderWait)
+	for {
+		status, out, err := decide(ctx)
+		if err == nil {
+			writeJSON(w, status, out)
+			return
+		}
+		if !errors.Is(err, raftnode.ErrNotLeader) && !errors.Is(err, raftnode.ErrNoLeader) {
+			writeError(w, err)
+			return
+		}
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		id, addr, werr := s.store.WaitForLeader(wctx)
+		cancel()
+		switch {
+		case werr != nil:
+			writeError(w, fmt.Errorf("%w known after %v", raftnode.ErrNoLeader, s.opts.LeaderWait))
+			return
+		case id != s.store.ID() && r.Header.Get(headerForwarded) != "":
+			writeError(w, fmt.Errorf("%w: request forwarded by %s, but %s leads", raftnode.ErrNotLeader, r.Header.Get(headerForwarded), id))
+			return
+		case id != s.store.ID():
+			s.forward.relay(w, r, addr, body)
+			return
+		case !time.Now().Before(deadline):
+			writeError(w, err)
+			return
+		}
+		// This node leads but is not ready yet (its Barrier is running).
+		select {
+		case <-ctx.Done():
+			writeError(w, ctx.Err())
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// forwarder relays requests to the leader over kept-alive connections.
+type forwarder struct {
+	self   string
+	client *http.Client
+}
+
+func newForwarder(self string) *forwarder {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 256
+	return &forwarder{self: self, client: &http.Client{Transport: t}}
+}
+
+// relay sends r (with its already-read body) to the leader at addr and
+// copies the answer back.
+func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		writeError(w, fmt.Errorf("forward to leader %s: %w", addr, err))
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(headerForwarded, f.self)
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: forwarding to leader %s failed: %v", raftnode.ErrNoLeader, addr, err))
+		return
+	}
+	defer resp.Body.Close()
+	for _, h := range []string{"Content-Type", "Retry-After", headerLeader} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}

@@ -1,0 +1,207 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gorilla/mux"
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// leaseBody answers acquire and renew. It is the only body that shows a
+// lease_id, and only to the client that holds it.
+type leaseBody struct {
+	Name         string `json:"name"`
+	Owner        string `json:"owner"`
+	LeaseID      string `json:"lease_id"`
+	FencingToken uint64 `json:"fencing_token"`
+	TTLMs        int64  `json:"ttl_ms"`
+}
+
+type holderBody struct {
+	Owner        string `json:"owner"`
+	FencingToken uint64 `json:"fencing_token"`
+}
+
+type heldBody struct {
+	Error        string     `json:"error"`
+	Message      string     `json:"message"`
+	Holder       holderBody `json:"holder"`
+	RetryAfterMs int64      `json:"retry_after_ms,omitempty"` // during lock-delay
+}
+
+// lockView is a lock as reads show it: never with its lease_id.
+type lockView struct {
+	Name         string `json:"name"`
+	Held         bool   `json:"held"`
+	Owner        string `json:"owner"`
+	FencingToken uint64 `json:"fencing_token"`
+	TTLMs        int64  `json:"ttl_ms"`
+}
+
+type freeView struct {
+	Name string `json:"name"`
+	Held bool   `json:"held"`
+}
+
+func viewOf(l fsm.Lock) lockView {
+	return lockView{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL}
+}
+
+// outcome turns the state machine's result into the contract's answer.
+func outcome(r fsm.Result, name string) (int, any, error) {
+	switch r.Status {
+	case fsm.StatusOK:
+		l := r.Lock
+		return http.StatusOK, leaseBody{l.Name, l.Owner, l.LeaseID, l.Token, l.TTL}, nil
+	case fsm.StatusHeld:
+		msg := fmt.Sprintf("lock %q is held by %q (fencing token %d)", name, r.Holder.Owner, r.Holder.Token)
+		if r.Retry > 0 {
+			msg = fmt.Sprintf("lock %q is in its lock-delay after the lease of %q expired; retry in %d ms", name, r.Holder.Owner, r.Retry)
+		}
+		return http.StatusConflict, heldBody{codeHeld, msg, holderBody{r.Holder.Owner, r.Holder.Token}, r.Retry}, nil
+	case fsm.StatusNotHolder:
+		return http.StatusConflict, map[string]string{"error": codeNotHolder,
+			"message": fmt.Sprintf("this lease does not hold lock %q (expired, released, or never did)", name)}, nil
+	}
+	return 0, nil, badRequest("the state machine refused the command as invalid")
+}
+
+func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
+	var req acquireRequest
+	body, ok := s.parse(w, r, &req)
+	if !ok {
+		return
+	}
+	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs}
+	s.onLeader(w, r, body, s.applyDecision(cmd))
+}
+
+func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
+	var req renewRequest
+	body, ok := s.parse(w, r, &req)
+	if !ok {
+		return
+	}
+	cmd := fsm.Command{Op: fsm.OpRenew, Name: req.Name, LeaseID: req.LeaseID}
+	if req.TTLMs != nil {
+		cmd.TTL = *req.TTLMs
+	}
+	s.onLeader(w, r, body, s.applyDecision(cmd))
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	var req releaseRequest
+	body, ok := s.parse(w, r, &req)
+	if !ok {
+		return
+	}
+	cmd := fsm.Command{Op: fsm.OpRelease, Name: req.Name, LeaseID: req.LeaseID}
+	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
+		res, err := s.store.Apply(ctx, cmd)
+		if err != nil {
+			return 0, nil, err
+		}
+		if res.Status == fsm.StatusOK {
+			return http.StatusOK, map[string]bool{"released": true}, nil
+		}
+		return outcome(res, cmd.Name)
+	})
+}
+
+func (s *Server) applyDecision(cmd fsm.Command) decision {
+	return func(ctx context.Context) (int, any, error) {
+		res, err := s.store.Apply(ctx, cmd)
+		if err != nil {
+			return 0, nil, err
+		}
+		return outcome(res, cmd.Name)
+	}
+}
+
+// parse reads and validates a request body, answering the error itself.
+func (s *Server) parse(w http.ResponseWriter, r *http.Request, dst validator) ([]byte, bool) {
+	body, err := readBody(w, r)
+	if err == nil {
+		err = decode(body, dst)
+	}
+	if err != nil {
+		writeError(w, err)
+		return nil, false
+	}
+	return body, true
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	name, err := url.PathUnescape(mux.Vars(r)["name"])
+	if err != nil {
+		writeError(w, badRequest("name: bad path escape: %v", err))
+		return
+	}
+	if err := validName(name); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.read(w, r, func(m *fsm.Machine) any {
+		if l, ok := m.Get(name); ok {
+			return viewOf(l)
+		}
+		return freeView{Name: name}
+	})
+}
+
+// Limits of a list: the default and the most one answer holds.
+const (
+	defaultListLimit = 1000
+	maxListLimit     = 10000
+)
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	prefix := q.Get("prefix")
+	if len(prefix) > maxName {
+		writeError(w, badRequest("prefix: must be at most %d bytes", maxName))
+		return
+	}
+	limit := defaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListLimit {
+			writeError(w, badRequest("limit: must be an integer between 1 and %d", maxListLimit))
+			return
+		}
+		limit = n
+	}
+	s.read(w, r, func(m *fsm.Machine) any {
+		locks, truncated := m.List(prefix, limit)
+		views := make([]lockView, len(locks))
+		for i, l := range locks {
+			views[i] = viewOf(l)
+		}
+		return map[string]any{"locks": views, "truncated": truncated}
+	})
+}
+
+// read answers from this node's state when ?stale=true, else linearizably
+// from the leader.
+func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(*fsm.Machine) any) {
+	stale := false
+	if v := r.URL.Query().Get("stale"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, badRequest("stale: must be true or false"))
+			return
+		}
+		stale = b
+	}
+	s.onLeader(w, r, nil, func(ctx context.Context) (int, any, error) {
+		m, err := s.store.Read(ctx, stale)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, view(m), nil
+	})
+}

@@ -1,0 +1,198 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"unicode"
+	"unicode/utf8"
+)
+
+// maxBody is the contract's limit on request bodies.
+const maxBody = 64 << 10
+
+// Limits of the contract.
+const (
+	maxName      = 512
+	maxOwner     = 256
+	minTTL       = 500
+	maxTTL       = 3_600_000
+	maxWait      = 300_000
+	maxLockDelay = 60_000
+)
+
+type acquireRequest struct {
+	Name        string `json:"name"`
+	Owner       string `json:"owner"`
+	TTLMs       *int64 `json:"ttl_ms"`
+	LeaseID     string `json:"lease_id"`
+	WaitMs      int64  `json:"wait_ms"`
+	LockDelayMs int64  `json:"lock_delay_ms"`
+}
+
+func (r *acquireRequest) validate() error {
+	if err := validName(r.Name); err != nil {
+		return err
+	}
+	if len(r.Owner) > maxOwner || !utf8.ValidString(r.Owner) {
+		return badRequest("owner: must be at most %d bytes of UTF-8", maxOwner)
+	}
+	if r.TTLMs == nil {
+		return badRequest("ttl_ms: required")
+	}
+	if err := inRange("ttl_ms", *r.TTLMs, minTTL, maxTTL); err != nil {
+		return err
+	}
+	if r.LeaseID != "" {
+		if err := validLeaseID(r.LeaseID); err != nil {
+			return err
+		}
+	}
+	if err := inRange("wait_ms", r.WaitMs, 0, maxWait); err != nil {
+		return err
+	}
+	return inRange("lock_delay_ms", r.LockDelayMs, 0, maxLockDelay)
+}
+
+type renewRequest struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+	TTLMs   *int64 `json:"ttl_ms"`
+}
+
+func (r *renewRequest) validate() error {
+	if err := validName(r.Name); err != nil {
+		return err
+	}
+	if err := validLeaseID(r.LeaseID); err != nil {
+		return err
+	}
+	if r.TTLMs != nil {
+		return inRange("ttl_ms", *r.TTLMs, minTTL, maxTTL)
+	}
+	return nil
+}
+
+type releaseRequest struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+}
+
+func (r *releaseRequest) validate() error {
+	if err := validName(r.Name); err != nil {
+		return err
+	}
+	return validLeaseID(r.LeaseID)
+}
+
+type joinRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+func (r *joinRequest) validate() error {
+	if r.ID == "" {
+		return badRequest("id: required")
+	}
+	if r.RaftAddr == "" {
+		return badRequest("raft_addr: required")
+	}
+	return nil
+}
+
+type leaveRequest struct {
+	ID string `json:"id"`
+}
+
+func (r *leaveRequest) validate() error {
+	if r.ID == "" {
+		return badRequest("id: required")
+	}
+	return nil
+}
+
+type transferRequest struct {
+	ID string `json:"id"`
+}
+
+func (r *transferRequest) validate() error { return nil }
+
+func validName(name string) error {
+	if len(name) == 0 || len(name) > maxName {
+		return badRequest("name: must be 1 to %d bytes", maxName)
+	}
+	if !utf8.ValidString(name) {
+		return badRequest("name: must be valid UTF-8")
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return badRequest("name: must not contain control characters")
+		}
+	}
+	return nil
+}
+
+func validLeaseID(id string) error {
+	if len(id) < 16 || len(id) > 128 {
+		return badRequest("lease_id: must be 16 to 128 characters of [A-Za-z0-9_-]")
+	}
+	for _, c := range []byte(id) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+		if !ok {
+			return badRequest("lease_id: must be 16 to 128 characters of [A-Za-z0-9_-]")
+		}
+	}
+	return nil
+}
+
+func inRange(field string, v, lo, hi int64) error {
+	if v < lo || v > hi {
+		return badRequest("%s: must be between %d and %d", field, lo, hi)
+	}
+	return nil
+}
+
+// readBody reads at most maxBody bytes; the raw bytes are kept so a follower
+// can forward them to the leader unchanged.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("request body over %d bytes", maxBody)}
+	}
+	if err != nil {
+		return nil, badRequest("reading body: %v", err)
+	}
+	return body, nil
+}
+
+// validator is a request that checks its own fields.
+type validator interface{ validate() error }
+
+// decode parses a JSON object strictly: unknown fields, trailing data and
+// wrong types are errors naming the field, so typos never pass silently.
+func decode(body []byte, dst validator) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		var syntaxErr *json.SyntaxError
+		switch {
+		case errors.Is(err, io.EOF):
+			return badRequest("body: a JSON object is required")
+		case errors.As(err, &typeErr):
+			return badRequest("%s: must be a %s", typeErr.Field, typeErr.Type)
+		case errors.As(err, &syntaxErr):
+			return badRequest("body: malformed JSON at byte %d", syntaxErr.Offset)
+		}
+		return badRequest("body: %v", err) // includes `json: unknown field "x"`
+	}
+	if dec.More() {
+		return badRequest("body: unexpected data after the JSON object")
+	}
+	return dst.validate()
+}

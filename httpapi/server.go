@@ -1,0 +1,110 @@
+// Package httpapi serves raftlock's HTTP API (../shared/API.md) on top of a
+// small Store interface. Writes and linearizable reads that reach a follower
+// are forwarded to the leader in exactly one hop (forward.go).
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/raftnode"
+)
+
+// Store is what the API needs of a node. raftnode.Node implements it; tests
+// use a struct of function fields.
+type Store interface {
+	ID() string
+	Leader() (id, httpAddr string)
+	WaitForLeader(ctx context.Context) (id, httpAddr string, err error)
+	Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
+	Read(ctx context.Context, stale bool) (*fsm.Machine, error)
+	Ready() bool
+	Status() (raftnode.Status, error)
+	Join(ctx context.Context, id, raftAddr, httpAddr string) error
+	Leave(ctx context.Context, id string) error
+	TransferLeadership(ctx context.Context, id string) error
+}
+
+// Options tune the server; zero values take defaults.
+type Options struct {
+	Logger hclog.Logger
+	// LeaderWait is how long a request waits for a leader to be known
+	// before answering 503 no_leader. 0: 2s.
+	LeaderWait time.Duration
+	// RequestTimeout bounds one request's work, on top of any wait_ms. 0: 10s.
+	RequestTimeout time.Duration
+	// Metrics serves /metrics; nil: the Prometheus default registry.
+	Metrics http.Handler
+}
+
+// Server is the HTTP API of one node.
+type Server struct {
+	store   Store
+	opts    Options
+	log     hclog.Logger
+	router  *mux.Router
+	forward *forwarder
+}
+
+// New builds the API handler for store.
+func New(store Store, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.LeaderWait == 0 {
+		opts.LeaderWait = 2 * time.Second
+	}
+	if opts.RequestTimeout == 0 {
+		opts.RequestTimeout = 10 * time.Second
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = promhttp.Handler()
+	}
+	s := &Server{store: store, opts: opts, log: opts.Logger.Named("http"), forward: newForwarder(store.ID())}
+	r := mux.NewRouter().UseEncodedPath()
+	r.Use(s.identify)
+	r.HandleFunc("/v1/locks/acquire", s.acquire).Methods(http.MethodPost)
+	r.HandleFunc("/v1/locks/renew", s.renew).Methods(http.MethodPost)
+	r.HandleFunc("/v1/locks/release", s.release).Methods(http.MethodPost)
+	r.HandleFunc("/v1/locks", s.list).Methods(http.MethodGet)
+	r.HandleFunc("/v1/locks/{name:.+}", s.get).Methods(http.MethodGet)
+	r.HandleFunc("/v1/cluster", s.cluster).Methods(http.MethodGet)
+	r.HandleFunc("/v1/cluster/join", s.join).Methods(http.MethodPost)
+	r.HandleFunc("/v1/cluster/leave", s.leave).Methods(http.MethodPost)
+	r.HandleFunc("/v1/cluster/transfer-leadership", s.transfer).Methods(http.MethodPost)
+	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
+	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
+	r.Handle("/metrics", opts.Metrics).Methods(http.MethodGet)
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{http.StatusNotFound, codeNotFound, "no such endpoint: " + r.URL.Path})
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{http.StatusMethodNotAllowed, codeBadRequest, r.Method + " is not allowed on " + r.URL.Path})
+	})
+	s.router = r
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// identify stamps every response with this node's id and the leader's.
+func (s *Server) identify(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(headerNode, s.store.ID())
+		if id, _ := s.store.Leader(); id != "" {
+			w.Header().Set(headerLeader, id)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Response headers of the contract.
+const (
+	headerNode   = "X-Raftlock-Node"
+	headerLeader = "X-Raftlock-Leader"
+)

@@ -1,0 +1,68 @@
+package raftnode
+
+import (
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Config is everything a node needs; cmd/raftlock fills it from flags.
+type Config struct {
+	ID            string            // this node's id, unique in the cluster
+	DataDir       string            // Raft log, stable store and snapshots
+	RaftAddr      string            // listen address of the Raft transport
+	AdvertiseRaft string            // address peers dial; RaftAddr when empty
+	AdvertiseHTTP string            // HTTP address other nodes forward to
+	Peers         map[string]string // initial voters id -> Raft address; used only on a fresh data dir
+	Join          string            // HTTP URL of a running node to join through, fresh data dir only
+
+	// Timing of Raft itself. Zero values take production defaults.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+
+	SnapshotThreshold uint64        // entries between snapshots; 0: 8192
+	SnapshotInterval  time.Duration // how often to check the threshold; 0: 30s
+	TrailingLogs      uint64        // entries kept after a snapshot; 0: 10240
+
+	// TickInterval bounds how long the leader lets the FSM clock lag while
+	// leases exist, and so how much a failover can lengthen a lease beyond
+	// the leaderless gap. 0: 250ms.
+	TickInterval time.Duration
+	// ApplyTimeout bounds the wait to enqueue a write into Raft. 0: 5s.
+	ApplyTimeout time.Duration
+
+	Clock  Clock        // monotonic clock stamped into entries; nil: the system clock
+	Logger hclog.Logger // nil: a default logger
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatTimeout, 1000*time.Millisecond)
+	def(&c.ElectionTimeout, 1000*time.Millisecond)
+	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
+	def(&c.CommitTimeout, 5*time.Millisecond)
+	def(&c.SnapshotInterval, 30*time.Second)
+	def(&c.TickInterval, 250*time.Millisecond)
+	def(&c.ApplyTimeout, 5*time.Second)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
+	}
+	if c.AdvertiseRaft == "" {
+		c.AdvertiseRaft = c.RaftAddr
+	}
+	if c.Clock == nil {
+		c.Clock = NewSystemClock()
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "raftlock"})
+	}
+}

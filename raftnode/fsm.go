@@ -1,0 +1,73 @@
+package raftnode
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// raftFSM adapts fsm.Machine to raft.FSM and raft.BatchingFSM.
+type raftFSM struct {
+	m *fsm.Machine
+	// applied is called after every command entry, on Raft's FSM goroutine;
+	// it must not block.
+	applied func(index uint64, op fsm.Op, r fsm.Result)
+}
+
+var _ raft.BatchingFSM = (*raftFSM)(nil)
+
+func (f *raftFSM) Apply(l *raft.Log) any {
+	return f.applyOne(l)
+}
+
+// ApplyBatch lets Raft hand over a whole batch of committed entries at once.
+func (f *raftFSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	for i, l := range logs {
+		out[i] = f.applyOne(l)
+	}
+	return out
+}
+
+func (f *raftFSM) applyOne(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	cmd, err := fsm.DecodeCommand(l.Data)
+	if err != nil {
+		// A committed entry every replica must apply alike: skipping it
+		// here would let this replica diverge silently.
+		panic(fmt.Sprintf("raftnode: undecodable committed entry %d: %v", l.Index, err))
+	}
+	r := f.m.ApplyCommand(l.Index, l.Term, cmd)
+	if f.applied != nil {
+		f.applied(l.Index, cmd.Op, r)
+	}
+	return r
+}
+
+func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	return fsmSnapshot{f.m.Snapshot()}, nil
+}
+
+func (f *raftFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	if err := f.m.Restore(rc); err != nil {
+		return fmt.Errorf("restore snapshot: %w", err)
+	}
+	return nil
+}
+
+type fsmSnapshot struct{ s *fsm.Snapshot }
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.s.WriteTo(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (fsmSnapshot) Release() {}

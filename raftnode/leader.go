@@ -1,0 +1,117 @@
+package raftnode
+
+import (
+	"context"
+	"time"
+
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// watchLeadership starts the leader loop when this node wins an election and
+// stops it when leadership ends. NotifyCh is buffered and never drops a
+// signal, unlike LeaderCh.
+func (n *Node) watchLeadership() {
+	defer n.wg.Done()
+	var running *leaderRun
+	for {
+		select {
+		case leader := <-n.notifyCh:
+			running.stop()
+			running = nil
+			if leader {
+				running = n.startLeaderLoop()
+			}
+		case <-n.stop:
+			running.stop()
+			return
+		}
+	}
+}
+
+// leaderRun is one term's leader loop.
+type leaderRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (n *Node) startLeaderLoop() *leaderRun {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &leaderRun{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		n.leaderLoop(ctx)
+	}()
+	return r
+}
+
+// stop ends the loop and waits for it; a nil run is already stopped.
+func (r *leaderRun) stop() {
+	if r == nil {
+		return
+	}
+	r.cancel()
+	<-r.done
+}
+
+// leaderLoop is the work only a leader does, once per term: make sure every
+// earlier entry is applied, publish its own HTTP address, then keep the FSM
+// clock moving with tick entries so leases expire on time.
+func (n *Node) leaderLoop(ctx context.Context) {
+	term := n.raft.CurrentTerm()
+	log := n.log.With("term", term)
+	log.Info("leading")
+	defer log.Info("no longer leading")
+
+	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		log.Warn("barrier failed", "error", err)
+		return
+	}
+	n.readyTerm.Store(term)
+	if addr, _ := n.machine.NodeAddr(n.cfg.ID); n.cfg.AdvertiseHTTP != "" && addr != n.cfg.AdvertiseHTTP {
+		if _, err := n.apply(fsm.Command{Op: fsm.OpSetNode, NodeID: n.cfg.ID, NodeAddr: n.cfg.AdvertiseHTTP}); err != nil {
+			log.Warn("publishing own address failed", "error", err)
+		}
+	}
+	for {
+		wait := n.untilNextTick(term)
+		if wait <= 0 {
+			if _, err := n.apply(fsm.Command{Op: fsm.OpTick}); err != nil {
+				log.Warn("tick failed", "error", err)
+				if ctx.Err() != nil {
+					return
+				}
+				wait = n.cfg.TickInterval // do not spin while Raft refuses
+			} else {
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.changed:
+		case <-n.clock.After(wait):
+		}
+	}
+}
+
+// untilNextTick says how long the leader may wait before the FSM clock must
+// move: until the next deadline falls due on this leader's clock, and at most
+// TickInterval while leases exist so a failover adds little beyond the
+// leaderless gap. No timers: no ticks at all.
+func (n *Node) untilNextTick(term uint64) time.Duration {
+	c := n.machine.Clock()
+	if c.Term != term {
+		return 0 // this term has no stamp yet: set the base at once
+	}
+	next, ok := n.machine.NextTimer()
+	if !ok {
+		return time.Hour // woken by n.changed when a lease appears
+	}
+	// The FSM clock now, had an entry been stamped at this instant.
+	projected := c.Now + (n.clock.Now() - c.Stamp)
+	wait := time.Duration(next - projected)
+	if wait > n.cfg.TickInterval {
+		wait = n.cfg.TickInterval
+	}
+	return wait
+}

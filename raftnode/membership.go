@@ -1,0 +1,212 @@
+package raftnode
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// Status describes the cluster as this node sees it.
+type Status struct {
+	Leader       string
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	Nodes        []NodeInfo
+}
+
+// NodeInfo is one member of the Raft configuration.
+type NodeInfo struct {
+	ID       string
+	RaftAddr string
+	HTTPAddr string
+	Voter    bool
+	Leader   bool
+}
+
+// Status returns the Raft configuration with each node's HTTP address.
+func (n *Node) Status() (Status, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return Status{}, raftError("get configuration", err)
+	}
+	leader, _ := n.Leader()
+	s := Status{
+		Leader:       leader,
+		Term:         n.raft.CurrentTerm(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.raft.AppliedIndex(),
+	}
+	addrs := n.machine.Nodes()
+	for _, srv := range f.Configuration().Servers {
+		id := string(srv.ID)
+		s.Nodes = append(s.Nodes, NodeInfo{
+			ID: id, RaftAddr: string(srv.Address), HTTPAddr: addrs[id],
+			Voter: srv.Suffrage == raft.Voter, Leader: id == leader,
+		})
+	}
+	sort.Slice(s.Nodes, func(i, j int) bool { return s.Nodes[i].ID < s.Nodes[j].ID })
+	return s, nil
+}
+
+// Join adds a voter, or records the HTTP address of one that is already a
+// member (nodes announce themselves this way after every start). A node
+// known under another address is replaced, as after a rebuild.
+func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raftError("get configuration", err)
+	}
+	member := false
+	for _, srv := range f.Configuration().Servers {
+		sameID, sameAddr := srv.ID == raft.ServerID(id), srv.Address == raft.ServerAddress(raftAddr)
+		switch {
+		case sameID && sameAddr:
+			member = true
+		case sameID || sameAddr:
+			n.log.Info("replacing member", "id", srv.ID, "raft_addr", srv.Address)
+			if err := n.raft.RemoveServer(srv.ID, 0, n.cfg.ApplyTimeout).Error(); err != nil {
+				return raftError("remove "+string(srv.ID), err)
+			}
+		}
+	}
+	if !member {
+		n.log.Info("adding voter", "id", id, "raft_addr", raftAddr)
+		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			return raftError("add voter "+id, err)
+		}
+	}
+	if addr, _ := n.machine.NodeAddr(id); httpAddr != "" && addr != httpAddr {
+		if _, err := n.apply(fsm.Command{Op: fsm.OpSetNode, NodeID: id, NodeAddr: httpAddr}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Leave removes a member. Its address is forgotten first, while this node
+// surely still leads (removing itself ends its leadership).
+func (n *Node) Leave(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raftError("get configuration", err)
+	}
+	found := false
+	for _, srv := range f.Configuration().Servers {
+		found = found || srv.ID == raft.ServerID(id)
+	}
+	if !found {
+		return fmt.Errorf("%w: %s", ErrUnknownNode, id)
+	}
+	if _, err := n.apply(fsm.Command{Op: fsm.OpRemoveNode, NodeID: id}); err != nil {
+		return err
+	}
+	n.log.Info("removing member", "id", id)
+	return raftError("remove "+id, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error())
+}
+
+// TransferLeadership hands leadership to id, or to the most up-to-date voter
+// when id is empty, and returns once the transfer finished.
+func (n *Node) TransferLeadership(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	var fut raft.Future
+	if id == "" {
+		fut = n.raft.LeadershipTransfer()
+	} else {
+		st, err := n.Status()
+		if err != nil {
+			return err
+		}
+		addr := ""
+		for _, node := range st.Nodes {
+			if node.ID == id && node.Voter {
+				addr = node.RaftAddr
+			}
+		}
+		if addr == "" {
+			return fmt.Errorf("%w: %s", ErrUnknownNode, id)
+		}
+		if id == n.cfg.ID {
+			return nil // already leads
+		}
+		fut = n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
+	}
+	if err := fut.Error(); err != nil {
+		return fmt.Errorf("transfer leadership: %w", err)
+	}
+	return nil
+}
+
+// register makes sure the cluster knows this node's HTTP address, so that
+// followers can forward to it when it leads. It joins through cfg.Join on a
+// fresh data dir, else announces itself to the leader; a leader publishes
+// its own address in leaderLoop.
+func (n *Node) register() {
+	defer n.wg.Done()
+	if n.cfg.AdvertiseHTTP == "" {
+		return
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		if addr, _ := n.machine.NodeAddr(n.cfg.ID); addr == n.cfg.AdvertiseHTTP {
+			return
+		}
+		target := n.cfg.Join
+		if _, leaderHTTP := n.Leader(); leaderHTTP != "" {
+			target = leaderHTTP
+		}
+		if target != "" && !n.IsLeader() {
+			if err := n.announce(target); err != nil {
+				n.log.Debug("announce to leader failed", "target", target, "error", err)
+			}
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(backoff):
+		}
+		if backoff < 2*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// announce posts this node's addresses to /v1/cluster/join on target.
+func (n *Node) announce(target string) error {
+	if !strings.Contains(target, "://") {
+		target = "http://" + target
+	}
+	body, _ := json.Marshal(map[string]string{"id": n.cfg.ID, "raft_addr": n.cfg.AdvertiseRaft, "http_addr": n.cfg.AdvertiseHTTP})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(target, "/")+"/v1/cluster/join", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.httpc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("join via %s: status %d", target, resp.StatusCode)
+	}
+	return nil
+}

@@ -1,0 +1,340 @@
+// Package raftnode wires the lock state machine to hashicorp/raft: the
+// BoltDB log and stable store, file snapshots, the TCP transport, bootstrap
+// and membership, and the leader's clock ticks. It knows nothing of HTTP
+// handlers; the httpapi package talks to it through a small interface.
+package raftnode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// Node is one member of a raftlock cluster.
+type Node struct {
+	cfg       Config
+	log       hclog.Logger
+	clock     Clock
+	machine   *fsm.Machine
+	raft      *raft.Raft
+	transport *raft.NetworkTransport
+	store     *raftboltdb.BoltStore
+
+	notifyCh chan bool     // leadership changes, buffered so Raft never blocks
+	changed  chan struct{} // wakes the leader loop after a grant; buffered 1
+	// readyTerm is the term in which this node, as leader, finished its
+	// Barrier: only then do its reads see every committed entry.
+	readyTerm atomic.Uint64
+	observers []Observer
+
+	httpc    *http.Client
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+}
+
+// Observer is told of every applied command on Raft's FSM goroutine. It must
+// not block: metrics and the waiter queue hand work elsewhere.
+type Observer func(index uint64, op fsm.Op, r fsm.Result)
+
+// New opens (or creates) the node's data dir, starts Raft and, on a fresh
+// data dir, bootstraps from cfg.Peers or joins through cfg.Join.
+func New(cfg Config, observers ...Observer) (*Node, error) {
+	cfg.setDefaults()
+	if cfg.ID == "" {
+		return nil, errors.New("raftnode: node id is required")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	n := &Node{
+		cfg:       cfg,
+		log:       cfg.Logger.Named("raftnode"),
+		clock:     cfg.Clock,
+		machine:   fsm.New(),
+		notifyCh:  make(chan bool, 16),
+		changed:   make(chan struct{}, 1),
+		observers: observers,
+		httpc:     &http.Client{Timeout: 5 * time.Second},
+		stop:      make(chan struct{}),
+	}
+	if err := n.open(); err != nil {
+		n.closeStores()
+		return nil, err
+	}
+	n.wg.Add(2)
+	go n.watchLeadership()
+	go n.register()
+	return n, nil
+}
+
+func (n *Node) open() error {
+	cfg := n.cfg
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	if err != nil {
+		return fmt.Errorf("open raft store in %s: %w", cfg.DataDir, err)
+	}
+	n.store = store
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
+	if err != nil {
+		return fmt.Errorf("open snapshot store: %w", err)
+	}
+	advertise, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseRaft)
+	if err != nil {
+		return fmt.Errorf("advertise raft address %q: %w", cfg.AdvertiseRaft, err)
+	}
+	n.transport, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 3, 10*time.Second, cfg.Logger.Named("transport"))
+	if err != nil {
+		return fmt.Errorf("raft address %s: %w", cfg.RaftAddr, err)
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = cfg.Logger.Named("raft")
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.NotifyCh = n.notifyCh
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+
+	existing, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		return fmt.Errorf("inspect data dir: %w", err)
+	}
+	logs, err := raft.NewLogCache(1024, store)
+	if err != nil {
+		return fmt.Errorf("log cache: %w", err)
+	}
+	f := &raftFSM{m: n.machine, applied: n.onApplied}
+	n.raft, err = raft.NewRaft(rc, f, logs, store, snaps, n.transport)
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	if existing {
+		n.log.Info("recovering from data dir", "dir", cfg.DataDir, "last_index", n.raft.LastIndex())
+		return nil
+	}
+	if len(cfg.Peers) > 0 {
+		var servers []raft.Server
+		for id, addr := range cfg.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+		}
+		n.log.Info("bootstrapping cluster", "voters", len(servers))
+		if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	return nil
+}
+
+// onApplied runs on Raft's FSM goroutine after each command.
+func (n *Node) onApplied(index uint64, op fsm.Op, r fsm.Result) {
+	if op == fsm.OpAcquire && r.Status == fsm.StatusOK {
+		select {
+		case n.changed <- struct{}{}:
+		default:
+		}
+	}
+	for _, o := range n.observers {
+		o(index, op, r)
+	}
+}
+
+// ID returns this node's id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Machine returns the local state machine, as of the last applied entry.
+func (n *Node) Machine() *fsm.Machine { return n.machine }
+
+// Raft exposes the underlying Raft instance for stats and tests.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// IsLeader reports whether this node currently leads.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the leader's id and HTTP address, empty when unknown.
+func (n *Node) Leader() (id, httpAddr string) {
+	_, lid := n.raft.LeaderWithID()
+	if lid == "" {
+		return "", ""
+	}
+	addr, _ := n.machine.NodeAddr(string(lid))
+	return string(lid), addr
+}
+
+// WaitForLeader polls until a leader with a known HTTP address exists or ctx ends.
+func (n *Node) WaitForLeader(ctx context.Context) (id, httpAddr string, err error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if id, addr := n.Leader(); id != "" && (addr != "" || id == n.cfg.ID) {
+			return id, addr, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", "", ErrNoLeader
+		case <-n.stop:
+			return "", "", ErrShutdown
+		case <-t.C:
+		}
+	}
+}
+
+// Ready reports whether a leader is known and this node has applied the log
+// up to the commit index it last heard of.
+func (n *Node) Ready() bool {
+	if id, _ := n.Leader(); id == "" {
+		return false
+	}
+	return n.raft.AppliedIndex() >= n.raft.CommitIndex()
+}
+
+// Apply proposes one lock command (acquire, renew or release) and returns
+// the state machine's outcome once the entry is committed on a quorum and
+// applied here. Only the leader can; others return ErrNotLeader.
+func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	switch cmd.Op {
+	case fsm.OpAcquire, fsm.OpRenew, fsm.OpRelease:
+	default:
+		return fsm.Result{}, fmt.Errorf("raftnode: %v is not a lock command", cmd.Op)
+	}
+	if err := ctx.Err(); err != nil {
+		return fsm.Result{}, err
+	}
+	if !n.IsLeader() {
+		return fsm.Result{}, ErrNotLeader
+	}
+	if cmd.Op == fsm.OpAcquire && cmd.LeaseID == "" {
+		cmd.LeaseID = NewLeaseID()
+	}
+	return n.apply(cmd)
+}
+
+// apply stamps cmd with this leader's clock and commits it through Raft.
+func (n *Node) apply(cmd fsm.Command) (fsm.Result, error) {
+	cmd.Stamp = n.clock.Now()
+	f := n.raft.Apply(cmd.Encode(nil), n.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return fsm.Result{}, raftError("apply "+cmd.Op.String(), err)
+	}
+	r, _ := f.Response().(fsm.Result)
+	return r, nil
+}
+
+// Read returns the state machine for reading. Unless stale, it is
+// linearizable: this node must lead, confirm it still does with a quorum,
+// and have applied everything committed before the read began.
+func (n *Node) Read(ctx context.Context, stale bool) (*fsm.Machine, error) {
+	if stale {
+		return n.machine, nil
+	}
+	if !n.IsLeader() {
+		return nil, ErrNotLeader
+	}
+	if n.readyTerm.Load() != n.raft.CurrentTerm() {
+		return nil, ErrNoLeader // a new leader before its Barrier may miss committed entries
+	}
+	commit := n.raft.CommitIndex()
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return nil, raftError("verify leader", err)
+	}
+	if err := n.waitApplied(ctx, commit); err != nil {
+		return nil, err
+	}
+	return n.machine, nil
+}
+
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	if n.raft.AppliedIndex() >= index {
+		return nil
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for n.raft.AppliedIndex() < index {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for index %d to apply: %w", index, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// NewLeaseID returns a random 128-bit lease id in URL-safe base64.
+func NewLeaseID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("raftnode: no randomness for a lease id: %v", err))
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// Shutdown stops the node gracefully: a leader first hands leadership to
+// another voter so the cluster does not wait out an election timeout.
+func (n *Node) Shutdown() error {
+	if n.IsLeader() && n.voters() > 1 {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.log.Warn("leadership transfer before shutdown failed", "error", err)
+		} else {
+			n.log.Info("handed leadership over before shutdown")
+		}
+	}
+	return n.Close()
+}
+
+// Close stops the node at once, as a crash would, without handing over
+// leadership. The data dir stays usable for a restart.
+func (n *Node) Close() error {
+	var err error
+	n.stopOnce.Do(func() {
+		close(n.stop)
+		if n.raft != nil {
+			err = n.raft.Shutdown().Error()
+		}
+		n.wg.Wait()
+		n.closeStores()
+	})
+	return err
+}
+
+func (n *Node) closeStores() {
+	if n.transport != nil {
+		n.transport.Close()
+	}
+	if n.store != nil {
+		n.store.Close()
+	}
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	count := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			count++
+		}
+	}
+	return count
+}
