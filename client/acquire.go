@@ -1,0 +1,285 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+)
+
+// Defaults and bounds of AcquireOptions.
+const (
+	DefaultTTL       = 10 * time.Second
+	DefaultWaitRound = 30 * time.Second
+	MaxWaitRound     = 300 * time.Second
+)
+
+// AcquireOptions are the options of Acquire and TryAcquire.
+type AcquireOptions struct {
+	// TTL is the lease's time to live, 500ms to 1h; default DefaultTTL.
+	TTL time.Duration
+	// Owner is shown to others (Get, List, HeldError); 0 to 256 bytes.
+	Owner string
+	// LockDelay: if the lease later expires (rather than being released),
+	// nobody may take the lock for this long after the expiry.
+	LockDelay time.Duration
+	// Wait bounds one server-side wait of Acquire (the API's wait_ms);
+	// Acquire waits in rounds of up to Wait until its context ends. Default
+	// DefaultWaitRound, at most MaxWaitRound. TryAcquire does not wait.
+	Wait time.Duration
+	// LeaseID, if set, is used instead of a fresh random one (16 to 128
+	// characters of [A-Za-z0-9_-]). Acquiring again with the id of a lease
+	// that still holds the lock returns that lease's token.
+	LeaseID string
+}
+
+var leaseIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
+
+// NewLeaseID returns a random lease id: 128 bits, 22 characters of
+// [A-Za-z0-9_-].
+func NewLeaseID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+type acquireRequest struct {
+	Name        string `json:"name"`
+	Owner       string `json:"owner,omitempty"`
+	TTLMs       int64  `json:"ttl_ms"`
+	LeaseID     string `json:"lease_id"`
+	WaitMs      int64  `json:"wait_ms,omitempty"`
+	LockDelayMs int64  `json:"lock_delay_ms,omitempty"`
+}
+
+type renewRequest struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+	TTLMs   int64  `json:"ttl_ms,omitempty"`
+}
+
+type releaseRequest struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+}
+
+// leaseResponse is the answer to acquire and renew.
+type leaseResponse struct {
+	Name         string `json:"name"`
+	Owner        string `json:"owner"`
+	LeaseID      string `json:"lease_id"`
+	FencingToken uint64 `json:"fencing_token"`
+	TTLMs        int64  `json:"ttl_ms"`
+}
+
+func (r *leaseResponse) info() *LockInfo {
+	return &LockInfo{Name: r.Name, Held: true, Owner: r.Owner, Token: r.FencingToken, TTL: time.Duration(r.TTLMs) * time.Millisecond}
+}
+
+// Acquire takes the lock, waiting for it while another lease holds it, until
+// ctx ends. Waiting is done by the server (waiters are served first come,
+// first served) in rounds of up to opts.Wait. When ctx ends while the lock is
+// held, the error matches both ErrHeld and the context's error.
+//
+// The returned lease renews itself until Release.
+func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
+	return c.acquire(ctx, name, opts, true)
+}
+
+// TryAcquire takes the lock if it is free, and otherwise returns a
+// *HeldError (matching ErrHeld) at once. Transport failures are still retried
+// until ctx ends.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
+	return c.acquire(ctx, name, opts, false)
+}
+
+func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, wait bool) (*Lease, error) {
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	round := opts.Wait
+	if round <= 0 {
+		round = DefaultWaitRound
+	}
+	round = min(round, MaxWaitRound)
+	id := opts.LeaseID
+	switch {
+	case name == "":
+		return nil, errors.New("raftlock: empty lock name")
+	case ttl < 0 || opts.LockDelay < 0:
+		return nil, errors.New("raftlock: negative TTL or lock delay")
+	case id == "":
+		id = NewLeaseID()
+	case !leaseIDPattern.MatchString(id):
+		return nil, errors.New("raftlock: lease id must be 16 to 128 characters of [A-Za-z0-9_-]")
+	}
+	for rounds := 0; ; rounds++ {
+		var w time.Duration
+		if wait {
+			w = waitRound(ctx, round)
+		}
+		start := time.Now()
+		req := acquireRequest{
+			Name: name, Owner: opts.Owner, TTLMs: ttl.Milliseconds(), LeaseID: id,
+			WaitMs: w.Milliseconds(), LockDelayMs: opts.LockDelay.Milliseconds(),
+		}
+		var resp leaseResponse
+		// The lease id makes a resent acquire idempotent: if an earlier
+		// attempt was granted, the retry answers 200 with the same token.
+		oc, err := c.do(ctx, request{
+			method: http.MethodPost, path: "/v1/locks/acquire", body: req,
+			leader: true, idempotent: true, serverWait: w, lock: name,
+		}, &resp)
+		if err != nil {
+			if errors.Is(err, ErrHeld) && wait {
+				if ctx.Err() == nil && !roundTooShort(ctx) {
+					// A server that answers "held" well before the wait is
+					// over (say, during a lock delay) must not make us spin.
+					if time.Since(start) < w/2 || w == 0 {
+						if c.sleep(ctx, c.backoff(min(rounds, 10))) != nil {
+							return nil, ctxError(ctx, err)
+						}
+					}
+					continue
+				}
+				if ctx.Err() == nil {
+					return nil, fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, err)
+				}
+				return nil, ctxError(ctx, err)
+			}
+			if oc.ambiguous {
+				c.abandon(ctx, name, id)
+			}
+			return nil, err
+		}
+		if resp.LeaseID != "" && resp.LeaseID != id {
+			return nil, fmt.Errorf("raftlock: acquire answered another lease id")
+		}
+		sent := oc.sent
+		if c.clock.Now().Sub(sent) > ttl/3 {
+			// The grant may have come long after the request was sent (a
+			// server-side wait, or retries), so a deadline counted from the
+			// send time would be short or past. A renew sent now gives a
+			// fresh lower bound on the lease's life.
+			info, roc, err := c.renew(ctx, name, id, 0)
+			if errors.Is(err, ErrNotHolder) && wait && ctx.Err() == nil {
+				continue
+			}
+			if err != nil {
+				c.abandon(ctx, name, id)
+				return nil, err
+			}
+			if info.Token != resp.FencingToken {
+				return nil, fmt.Errorf("raftlock: renew right after acquire answered token %d, acquire %d", info.Token, resp.FencingToken)
+			}
+			sent = roc.sent
+		}
+		return c.newLease(name, opts.Owner, id, resp.FencingToken, ttl, sent), nil
+	}
+}
+
+// waitRound returns the wait_ms for the next round of Acquire: the round
+// length, or less when ctx ends sooner, leaving a margin so that the
+// server's "held" answer arrives before ctx ends instead of being cut off.
+func waitRound(ctx context.Context, round time.Duration) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return round
+	}
+	rem := time.Until(dl)
+	w := rem - min(rem/10, time.Second)
+	w = min(w, round)
+	if w < time.Millisecond {
+		return 0
+	}
+	return w.Truncate(time.Millisecond)
+}
+
+// roundTooShort reports whether ctx ends too soon for another useful round.
+func roundTooShort(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < 20*time.Millisecond
+}
+
+// abandon releases, best effort and briefly, a lease that an acquire may have
+// created although the caller will never see it, so that it does not keep
+// the lock from everyone (the caller included) until its TTL runs out.
+func (c *Client) abandon(ctx context.Context, name, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := c.Release(ctx, name, id); err != nil && !errors.Is(err, ErrNotHolder) {
+		c.log.Debug("release of abandoned acquire failed", "lock", name, "error", err)
+	}
+}
+
+// renew sends one logical renew (retried across nodes until ctx ends).
+func (c *Client) renew(ctx context.Context, name, id string, ttl time.Duration) (*LockInfo, outcome, error) {
+	var resp leaseResponse
+	oc, err := c.do(ctx, request{
+		method: http.MethodPost, path: "/v1/locks/renew",
+		body:   renewRequest{Name: name, LeaseID: id, TTLMs: ttl.Milliseconds()},
+		leader: true, idempotent: true, lock: name,
+	}, &resp)
+	if err != nil {
+		return nil, oc, err
+	}
+	return resp.info(), oc, nil
+}
+
+// Renew renews the lease with id leaseID on lock name, by hand (a Lease
+// renews itself). ttl 0 keeps the lease's TTL. It returns ErrNotHolder if
+// that lease does not hold the lock.
+func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Duration) (*LockInfo, error) {
+	info, _, err := c.renew(ctx, name, leaseID, ttl)
+	return info, err
+}
+
+// Release releases the lock name held by the lease with id leaseID, by hand
+// (see Lease.Release). It returns ErrNotHolder if that lease does not hold
+// the lock; it never frees another lease's lock.
+func (c *Client) Release(ctx context.Context, name, leaseID string) error {
+	oc, err := c.do(ctx, request{
+		method: http.MethodPost, path: "/v1/locks/release",
+		body:   releaseRequest{Name: name, LeaseID: leaseID},
+		leader: true, idempotent: true, lock: name,
+	}, nil)
+	if err != nil && oc.ambiguous && errors.Is(err, ErrNotHolder) {
+		// An earlier attempt may have released it and lost the answer.
+		return nil
+	}
+	return err
+}
+
+// WithLock acquires the lock (waiting as Acquire does), runs fn with a
+// context that is cancelled when ctx ends or the lease is lost, and releases
+// the lock. fn gets the fencing token to pass to the storage it writes. If fn
+// succeeds but the lease was lost meanwhile, WithLock returns the loss
+// (matching ErrLeaseLost): the work may not have been protected.
+func WithLock(ctx context.Context, c *Client, name string, opts AcquireOptions, fn func(ctx context.Context, token uint64) error) error {
+	lease, err := c.Acquire(ctx, name, opts)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
+	ferr := fn(fctx, lease.Token())
+	stop()
+	cancel(nil)
+	// Release even when ctx has ended, so that the lock is freed now rather
+	// than at the end of its TTL.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.requestTimeout)
+	rerr := lease.Release(rctx)
+	rcancel()
+	if ferr != nil && rerr != nil {
+		return errors.Join(ferr, rerr)
+	}
+	if ferr != nil {
+		return ferr
+	}
+	return rerr
+}

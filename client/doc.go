@@ -1,0 +1,21 @@
+// Package client is the Go client of raftlock, a distributed lock service.
+//
+// A Client is given any nodes of the cluster; it finds the leader from the
+// X-Raftlock-Leader header and the node list of /v1/cluster, sends writes to
+// it directly, and moves to another node on connection errors, 503 and 429
+// (honouring Retry-After) with jittered exponential backoff. The caller's
+// context bounds every call, retries included.
+//
+// Acquire and TryAcquire return a *Lease that renews itself in the
+// background about every TTL/3 until Release. Its Context is cancelled, and
+// Lost closed, the moment the lease can no longer be trusted: the server
+// answered not_holder, or the local deadline (send time of the last
+// successful acquire or renew + TTL × (1 − drift), on the local monotonic
+// clock) passed before a renewal succeeded. Work done under the lock should
+// run under that context and pass Token, the fencing token, to the storage it
+// writes. WithLock does all of that for the common case.
+//
+// The client chooses each lease's id itself, so an acquire resent after a
+// timeout or a leader change is idempotent: it gets the same lease and token
+// rather than locking its own caller out.
+package client

@@ -1,0 +1,104 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Errors returned by the client match them with errors.Is;
+// the details are in the *APIError or *HeldError behind them (errors.As).
+var (
+	// ErrHeld: the lock is held by another lease (API code "held").
+	ErrHeld = errors.New("raftlock: lock is held")
+	// ErrNotHolder: the lease does not hold the lock (API code "not_holder").
+	ErrNotHolder = errors.New("raftlock: lease does not hold the lock")
+	// ErrNoLeader: the cluster has no leader (API code "no_leader").
+	ErrNoLeader = errors.New("raftlock: no leader")
+	// ErrOverloaded: the leader's queue is full (API code "overloaded").
+	ErrOverloaded = errors.New("raftlock: overloaded")
+	// ErrLeaseLost: the lease can no longer be trusted, because the server
+	// said not_holder or the local deadline passed before a renewal
+	// succeeded. It is the cause of a lost Lease's Context.
+	ErrLeaseLost = errors.New("raftlock: lease lost")
+	// ErrReleased is the cause of a Lease's Context after Release.
+	ErrReleased = errors.New("raftlock: lease released")
+)
+
+// API error codes, as defined in the HTTP contract.
+const (
+	CodeHeld       = "held"
+	CodeNotHolder  = "not_holder"
+	CodeNoLeader   = "no_leader"
+	CodeOverloaded = "overloaded"
+	CodeBadRequest = "bad_request"
+	CodeTooLarge   = "too_large"
+)
+
+// APIError is an error answer of the API: {"error": Code, "message": Message}
+// with HTTP status Status.
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+	// RetryAfter is the server's Retry-After header, if it sent one.
+	RetryAfter time.Duration
+	// Node is the id of the node that answered (X-Raftlock-Node), if known.
+	Node string
+}
+
+func (e *APIError) Error() string {
+	code := e.Code
+	if code == "" {
+		code = "http_error"
+	}
+	if e.Message == "" {
+		return fmt.Sprintf("raftlock: %s (HTTP %d)", code, e.Status)
+	}
+	return fmt.Sprintf("raftlock: %s (HTTP %d): %s", code, e.Status, e.Message)
+}
+
+// Is lets errors.Is(err, ErrNoLeader) and friends match on the API code.
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrHeld:
+		return e.Code == CodeHeld
+	case ErrNotHolder:
+		return e.Code == CodeNotHolder
+	case ErrNoLeader:
+		return e.Code == CodeNoLeader
+	case ErrOverloaded:
+		return e.Code == CodeOverloaded
+	}
+	return false
+}
+
+// HeldError is the answer to an acquire of a lock that another lease holds.
+// It matches ErrHeld.
+type HeldError struct {
+	APIError
+	// Name of the lock.
+	Name string
+	// Owner and Token of the lease that holds it.
+	Owner string
+	Token uint64
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("raftlock: lock %q is held by %q (fencing token %d)", e.Name, e.Owner, e.Token)
+}
+
+// Is matches ErrHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// Unwrap exposes the underlying *APIError.
+func (e *HeldError) Unwrap() error { return &e.APIError }
+
+// ctxError reports that ctx ended, keeping the last failure seen so that
+// errors.Is matches both (say) context.DeadlineExceeded and ErrNoLeader.
+func ctxError(ctx interface{ Err() error }, last error) error {
+	if last == nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
+}

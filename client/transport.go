@@ -1,0 +1,282 @@
+package client
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const maxResponseBody = 4 << 20
+
+// request describes one logical API call; do may send it several times.
+type request struct {
+	method string
+	path   string // escaped
+	query  string // encoded, without "?"
+	body   any    // JSON-encoded when not nil
+	// leader: send to the leader when known (writes, linearizable reads).
+	// Followers would forward, but going direct saves a hop.
+	leader bool
+	// idempotent: safe to send again after a failure that leaves unknown
+	// whether the server acted on it (timeout, reset connection, 5xx).
+	idempotent bool
+	// serverWait is how long the server may hold the request (wait_ms).
+	serverWait time.Duration
+	// lock names the lock, for *HeldError.
+	lock string
+}
+
+// outcome tells what the attempts of a call may have done.
+type outcome struct {
+	// sent is the send time of the earliest attempt that may have taken
+	// effect. Lease deadlines count from it: a lost answer to an earlier
+	// attempt may have started the lease before the attempt that answered.
+	sent time.Time
+	// ambiguous: some attempt failed without telling whether it took effect.
+	ambiguous bool
+}
+
+func (o *outcome) mayHaveApplied(sent time.Time) {
+	if o.sent.IsZero() {
+		o.sent = sent
+	}
+	o.ambiguous = true
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// do sends r until it gets a definite answer or ctx ends, moving across
+// endpoints on connection errors, 503 and 429 (honouring Retry-After) with
+// jittered exponential backoff. A 200 answer is decoded into out.
+func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
+	var oc outcome
+	var body []byte
+	if r.body != nil {
+		b, err := json.Marshal(r.body)
+		if err != nil {
+			return oc, fmt.Errorf("raftlock: encode request: %w", err)
+		}
+		body = b
+	}
+	var last error
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil {
+			return oc, ctxError(ctx, last)
+		}
+		if r.leader && c.needLeaderLookup() {
+			c.lookupLeader(ctx)
+		}
+		u, wait := c.route(r.leader)
+		if wait > 0 {
+			// No point sleeping into the caller's deadline: give up now,
+			// with the reason (no_leader, overloaded, refused).
+			if dl, ok := ctx.Deadline(); ok && last != nil && time.Until(dl) < wait {
+				return oc, fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, last)
+			}
+			if err := c.sleep(ctx, wait); err != nil {
+				return oc, ctxError(ctx, last)
+			}
+		}
+		sent := c.clock.Now()
+		resp, err := c.send(ctx, u, r, body)
+		if err != nil {
+			definite := notSent(err)
+			if !definite {
+				oc.mayHaveApplied(sent)
+			}
+			if ctx.Err() != nil {
+				// The previous failure, if any, says more than "canceled".
+				return oc, ctxError(ctx, cmp.Or(last, err))
+			}
+			last = fmt.Errorf("raftlock: %s %s: %w", r.method, u+r.path, err)
+			c.log.Debug("request failed", "endpoint", u, "path", r.path, "attempt", attempt, "error", err)
+			c.penalize(u, c.backoff(attempt), true)
+			if !definite && !r.idempotent {
+				return oc, last
+			}
+			continue
+		}
+		c.observe(u, resp.header, resp.status)
+		if resp.status == http.StatusOK {
+			if oc.sent.IsZero() {
+				oc.sent = sent
+			}
+			if out != nil {
+				if err := json.Unmarshal(resp.body, out); err != nil {
+					return oc, fmt.Errorf("raftlock: decode answer of %s %s: %w", r.method, u+r.path, err)
+				}
+			}
+			return oc, nil
+		}
+		apiErr := c.parseError(resp, r.lock)
+		last = apiErr
+		switch resp.status {
+		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+			// The contract says neither leaves a half-applied change, so
+			// these are safe to retry for any request.
+			d := c.backoff(attempt)
+			if ra := retryAfter(resp.header, c.clock.Now()); ra > d {
+				d = ra
+			}
+			c.log.Debug("retrying", "endpoint", u, "path", r.path, "status", resp.status, "wait", d)
+			c.penalize(u, d, resp.status == http.StatusServiceUnavailable)
+		case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
+			oc.mayHaveApplied(sent)
+			if !r.idempotent {
+				return oc, apiErr
+			}
+			c.penalize(u, c.backoff(attempt), true)
+		default:
+			return oc, apiErr
+		}
+	}
+}
+
+// send makes one attempt at u.
+func (c *Client) send(ctx context.Context, u string, r request, body []byte) (*response, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout+r.serverWait)
+	defer cancel()
+	target := u + r.path
+	if r.query != "" {
+		target += "?" + r.query
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, target, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	if err != nil {
+		return nil, err
+	}
+	return &response{status: resp.StatusCode, header: resp.Header, body: data}, nil
+}
+
+// lookupLeader asks the cluster for its nodes' addresses, once per unknown
+// leader; failures are ignored, since followers forward writes anyway.
+func (c *Client) lookupLeader(ctx context.Context) {
+	u, _ := c.route(false)
+	resp, err := c.send(ctx, u, request{method: http.MethodGet, path: "/v1/cluster"}, nil)
+	if err != nil || resp.status != http.StatusOK {
+		c.log.Debug("leader lookup failed", "endpoint", u, "error", err)
+		return
+	}
+	c.observe(u, resp.header, resp.status)
+	var cs ClusterStatus
+	if err := json.Unmarshal(resp.body, &cs); err == nil {
+		c.learnCluster(&cs)
+	}
+}
+
+// sleep waits d on the client's clock, or until ctx ends.
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	t := c.clock.NewTimer(d)
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	}
+}
+
+// backoff returns the jittered wait before retry number attempt (from 0).
+func (c *Client) backoff(attempt int) time.Duration {
+	d := c.backoffMax
+	if attempt < 30 {
+		if e := c.backoffBase << attempt; e < d {
+			d = e
+		}
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// notSent reports whether err shows that the request never reached a
+// server (so retrying it can not apply it twice).
+func notSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
+}
+
+// retryAfter parses a Retry-After header: seconds or an HTTP date.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+type errorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+	Holder  *struct {
+		Owner        string `json:"owner"`
+		FencingToken uint64 `json:"fencing_token"`
+	} `json:"holder"`
+}
+
+func (c *Client) parseError(resp *response, lock string) error {
+	e := APIError{
+		Status:     resp.status,
+		RetryAfter: retryAfter(resp.header, c.clock.Now()),
+		Node:       resp.header.Get("X-Raftlock-Node"),
+	}
+	var eb errorBody
+	if err := json.Unmarshal(resp.body, &eb); err == nil && eb.Error != "" {
+		e.Code, e.Message = eb.Error, eb.Message
+	} else {
+		msg := strings.TrimSpace(string(resp.body))
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+		e.Message = msg
+	}
+	if e.Code == CodeHeld {
+		he := &HeldError{APIError: e, Name: lock}
+		if eb.Holder != nil {
+			he.Owner, he.Token = eb.Holder.Owner, eb.Holder.FencingToken
+		}
+		return he
+	}
+	return &e
+}
