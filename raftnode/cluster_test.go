@@ -1,0 +1,310 @@
+package raftnode_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+)
+
+// call sends one JSON request and decodes the answer into a map.
+func call(t *testing.T, method, url string, body any) (int, map[string]any) {
+	t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	out := map[string]any{}
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func acquire(t *testing.T, node *raftnodetest.Node, name, owner, lease string, ttlMs int) (int, map[string]any) {
+	t.Helper()
+	return call(t, "POST", node.URL()+"/v1/locks/acquire", map[string]any{"name": name, "owner": owner, "lease_id": lease, "ttl_ms": ttlMs})
+}
+
+func token(t *testing.T, body map[string]any) uint64 {
+	t.Helper()
+	f, ok := body["fencing_token"].(float64)
+	if !ok {
+		t.Fatalf("no fencing_token in %v", body)
+	}
+	return uint64(f)
+}
+
+const (
+	leaseA = "lease-a-0123456789abcdef"
+	leaseB = "lease-b-0123456789abcdef"
+)
+
+// The walk-through of issue 2: a lock taken through a follower survives a
+// kill -9 of the leader with its holder and token.
+func TestLockSurvivesLeaderKill(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	followers := c.Followers()
+
+	status, body := acquire(t, followers[0], "orders/89041", "worker-a", leaseA, 60000)
+	if status != 200 {
+		t.Fatalf("acquire through follower: %d %v", status, body)
+	}
+	tok := token(t, body)
+
+	status, body = acquire(t, followers[1], "orders/89041", "worker-b", leaseB, 60000)
+	holder, _ := body["holder"].(map[string]any)
+	if status != 409 || body["error"] != "held" || holder["owner"] != "worker-a" || uint64(holder["fencing_token"].(float64)) != tok {
+		t.Fatalf("conflicting acquire: %d %v", status, body)
+	}
+	status, body = call(t, "POST", followers[1].URL()+"/v1/locks/renew", map[string]any{"name": "orders/89041", "lease_id": leaseA})
+	if status != 200 || token(t, body) != tok {
+		t.Fatalf("renew: %d %v", status, body)
+	}
+
+	old := c.Leader()
+	old.Kill()
+	leader := c.WaitForNewLeader(old)
+	status, body = call(t, "GET", leader.URL()+"/v1/locks/"+url.PathEscape("orders/89041"), nil)
+	if status != 200 || body["held"] != true || body["owner"] != "worker-a" || token(t, body) != tok {
+		t.Fatalf("after failover: %d %v", status, body)
+	}
+	if _, ok := body["lease_id"]; ok {
+		t.Fatal("a read showed the lease_id")
+	}
+
+	other := c.Followers()[0]
+	if status, body = call(t, "POST", other.URL()+"/v1/locks/release", map[string]any{"name": "orders/89041", "lease_id": leaseB}); status != 409 || body["error"] != "not_holder" {
+		t.Fatalf("release by non-holder: %d %v", status, body)
+	}
+	if status, body = call(t, "POST", other.URL()+"/v1/locks/release", map[string]any{"name": "orders/89041", "lease_id": leaseA}); status != 200 || body["released"] != true {
+		t.Fatalf("release: %d %v", status, body)
+	}
+	status, body = acquire(t, other, "orders/89041", "worker-b", leaseB, 60000)
+	if status != 200 || token(t, body) <= tok {
+		t.Fatalf("re-acquire after release: %d %v (old token %d)", status, body, tok)
+	}
+}
+
+func TestIdempotentAcquireReturnsSameToken(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	f := c.Followers()[0]
+	_, first := acquire(t, f, "jobs/1", "w", leaseA, 5000)
+	status, again := acquire(t, c.Leader(), "jobs/1", "w", leaseA, 5000)
+	if status != 200 || token(t, again) != token(t, first) || again["lease_id"] != leaseA {
+		t.Fatalf("retried acquire: %d %v, first %v", status, again, first)
+	}
+}
+
+func TestRestartedNodeCatchesUp(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	lagging := c.Followers()[0]
+	lagging.Kill()
+	leader := c.Leader()
+	for i := 0; i < 20; i++ {
+		if status, body := acquire(t, leader, "restart/"+strconv.Itoa(i), "w", leaseA, 60000); status != 200 {
+			t.Fatalf("acquire %d: %d %v", i, status, body)
+		}
+	}
+	lagging.Restart()
+	c.WaitApplied(leader.Raft().LastIndex())
+	status, body := call(t, "GET", lagging.URL()+"/v1/locks?stale=true&prefix=restart/", nil)
+	if locks, _ := body["locks"].([]any); status != 200 || len(locks) != 20 {
+		t.Fatalf("restarted node sees %d locks (%d)", len(locks), status)
+	}
+}
+
+func TestLaggingNodeCatchesUpBySnapshot(t *testing.T) {
+	c := raftnodetest.Start(t, 3, raftnodetest.Options{SnapshotThreshold: 32, TrailingLogs: 8})
+	lagging := c.Followers()[0]
+	lagging.Kill()
+	leader := c.Leader()
+	for i := 0; i < 100; i++ {
+		if status, body := acquire(t, leader, "snap/"+strconv.Itoa(i), "w", leaseA, 60000); status != 200 {
+			t.Fatalf("acquire %d: %d %v", i, status, body)
+		}
+	}
+	if err := leader.Raft().Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	lagging.Restart()
+	c.WaitApplied(leader.Raft().LastIndex())
+	if got := lagging.Raft().Stats()["last_snapshot_index"]; got == "0" {
+		t.Fatal("the lagging node caught up without installing a snapshot")
+	}
+	if lagging.Machine().HeldCount() != 100 {
+		t.Fatalf("lagging node holds %d locks, want 100", lagging.Machine().HeldCount())
+	}
+	assertSameState(t, c)
+}
+
+// assertSameState checks every running node's state machine is identical
+// once all have applied the leader's last index.
+func assertSameState(t *testing.T, c *raftnodetest.Cluster) {
+	t.Helper()
+	leader := c.Leader()
+	c.WaitApplied(leader.Raft().LastIndex())
+	var want []byte
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		var buf bytes.Buffer
+		if _, err := n.Machine().Snapshot().WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if want == nil {
+			want = buf.Bytes()
+		} else if !bytes.Equal(want, buf.Bytes()) {
+			t.Fatalf("node %s state differs from the others", n.ID)
+		}
+	}
+}
+
+func held(n *raftnodetest.Node, name string) bool {
+	_, ok := n.Machine().Get(name)
+	return ok
+}
+
+// contend tries to take name with leaseB through node. Every such write is
+// stamped by the leader at the manual clock's current reading, so it shows
+// exactly what the log decides at that moment, whatever the tick loop does.
+func contend(t *testing.T, node *raftnodetest.Node, name string) int {
+	t.Helper()
+	status, _ := acquire(t, node, name, "b", leaseB, 1000)
+	return status
+}
+
+func TestLeaseExpiresAtTTLAndNotBefore(t *testing.T) {
+	clock := &raftnodetest.ManualClock{}
+	c := raftnodetest.Start(t, 3, raftnodetest.Options{Clock: clock})
+	leader := c.Leader()
+	if status, body := acquire(t, leader, "exp", "a", leaseA, 1000); status != 200 {
+		t.Fatalf("acquire: %d %v", status, body)
+	}
+	clock.Advance(999 * time.Millisecond)
+	if got := contend(t, leader, "exp"); got != 409 {
+		t.Fatalf("999ms into a 1000ms lease: acquire by another lease got %d, want 409", got)
+	}
+	clock.Advance(time.Millisecond)
+	if got := contend(t, leader, "exp"); got != 200 {
+		t.Fatalf("at the deadline: acquire by another lease got %d, want 200", got)
+	}
+
+	// With no traffic at all, the leader's ticks expire leases on time.
+	// Polling nudges the clock so a timer armed just after an Advance fires.
+	clock.Advance(time.Second)
+	raftnodetest.WaitFor(t, 10*time.Second, "expiry by tick on every node", func() bool {
+		clock.Advance(time.Millisecond)
+		for _, n := range c.Nodes {
+			if held(n, "exp") {
+				return false
+			}
+		}
+		return true
+	})
+	assertSameState(t, c)
+}
+
+// A failover neither restarts the TTL nor shortens it: what the old leader
+// measured still counts, and the election (during which no manual time
+// passes here) adds nothing.
+func TestLeaderChangeNeitherRestartsNorShortensTTL(t *testing.T) {
+	clock := &raftnodetest.ManualClock{}
+	c := raftnodetest.Start(t, 3, raftnodetest.Options{Clock: clock})
+	old := c.Leader()
+	if status, body := acquire(t, old, "failover", "a", leaseA, 1000); status != 200 {
+		t.Fatalf("acquire: %d %v", status, body)
+	}
+	clock.Advance(600 * time.Millisecond)
+	if got := contend(t, old, "failover"); got != 409 { // stamps 600ms into the log
+		t.Fatalf("600ms in: %d", got)
+	}
+
+	old.Kill()
+	leader := c.WaitForNewLeader(old)
+	raftnodetest.WaitFor(t, 10*time.Second, "the new leader's first tick", func() bool {
+		return leader.Machine().Clock().Term == leader.Raft().CurrentTerm()
+	})
+	clock.Advance(399 * time.Millisecond)
+	if got := contend(t, leader, "failover"); got != 409 {
+		t.Fatalf("999ms in, after failover: %d, want 409 (failover shortened the lease)", got)
+	}
+	clock.Advance(time.Millisecond)
+	if got := contend(t, leader, "failover"); got != 200 {
+		t.Fatalf("1000ms in, after failover: %d, want 200 (failover restarted the TTL)", got)
+	}
+}
+func TestNoLeaderWhenQuorumLost(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	survivor := c.Followers()[0]
+	for _, n := range c.Nodes {
+		if n != survivor {
+			n.Kill()
+		}
+	}
+	req, _ := http.NewRequest("POST", survivor.URL()+"/v1/locks/acquire", bytes.NewReader([]byte(`{"name":"q","ttl_ms":1000}`)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]string
+	json.NewDecoder(resp.Body).Decode(&body)
+	if resp.StatusCode != 503 || body["error"] != "no_leader" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("without quorum: %d %v Retry-After=%q", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	if survivor.Machine().HeldCount() != 0 {
+		t.Fatal("a write without quorum changed the state")
+	}
+}
+
+func TestJoinLeaveAndTransfer(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	leader := c.Leader()
+	status, body := acquire(t, leader, "members", "w", leaseA, 60000)
+	if status != 200 {
+		t.Fatalf("acquire: %d %v", status, body)
+	}
+	tok := token(t, body)
+
+	n4 := c.AddNode(c.Followers()[0].URL())
+	raftnodetest.WaitFor(t, 15*time.Second, "n4 to join and learn the lock", func() bool {
+		return held(n4, "members") && n4.Raft().AppliedIndex() >= leader.Raft().CommitIndex()
+	})
+	status, body = call(t, "GET", n4.URL()+"/v1/cluster", nil)
+	if nodes, _ := body["nodes"].([]any); status != 200 || len(nodes) != 4 {
+		t.Fatalf("cluster after join: %d %v", status, body)
+	}
+
+	if status, body = call(t, "POST", n4.URL()+"/v1/cluster/transfer-leadership", map[string]any{"id": "n4"}); status != 200 {
+		t.Fatalf("transfer: %d %v", status, body)
+	}
+	if got := c.WaitForNewLeader(leader); got != n4 {
+		t.Fatalf("leader is %s, want n4", got.ID)
+	}
+	if status, body = call(t, "POST", n4.URL()+"/v1/cluster/leave", map[string]any{"id": leader.ID}); status != 200 {
+		t.Fatalf("leave: %d %v", status, body)
+	}
+	leader.Kill()
+	status, body = call(t, "GET", n4.URL()+"/v1/locks/members", nil)
+	if status != 200 || token(t, body) != tok {
+		t.Fatalf("lock after membership changes: %d %v", status, body)
+	}
+	if status, body = call(t, "POST", n4.URL()+"/v1/cluster/leave", map[string]any{"id": "nope"}); status != 404 {
+		t.Fatalf("leave of unknown node: %d %v", status, body)
+	}
+}

@@ -1,0 +1,340 @@
+// Package raftnodetest starts real raftlock nodes on loopback for tests: the
+// one cluster helper every package's cluster tests share. Nodes run the full
+// stack (raftnode + httpapi) in the test process, with temp data dirs, free
+// ports, short election timeouts and logs sent to t.Log.
+package raftnodetest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/raftlock/raftlock/httpapi"
+	"github.com/raftlock/raftlock/raftnode"
+)
+
+// Options tune a test cluster.
+type Options struct {
+	// Clock, when set, is shared by every node: tests move lease time by hand.
+	Clock raftnode.Clock
+	// Snapshot settings; zero keeps raftnode's defaults.
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	// Configure, when set, may change each node's config before it starts.
+	Configure func(*raftnode.Config)
+}
+
+// Cluster is a set of nodes that bootstrapped together.
+type Cluster struct {
+	t     testing.TB
+	opts  Options
+	Nodes []*Node
+}
+
+// Node is one running (or stopped) member.
+type Node struct {
+	ID       string
+	HTTPAddr string
+	RaftAddr string
+	DataDir  string
+	*raftnode.Node
+
+	cluster *Cluster
+	srv     *http.Server
+	running bool
+}
+
+// URL is the node's HTTP endpoint.
+func (n *Node) URL() string { return "http://" + n.HTTPAddr }
+
+// Running reports whether the node has been started and not stopped.
+func (n *Node) Running() bool { return n.running }
+
+// Start starts an n-node cluster and waits until it has a leader. The
+// cluster is shut down when the test ends.
+func Start(t testing.TB, n int, opts ...Options) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t}
+	if len(opts) > 0 {
+		c.opts = opts[0]
+	}
+	peers := map[string]string{}
+	for i := 1; i <= n; i++ {
+		node := &Node{ID: fmt.Sprintf("n%d", i), HTTPAddr: freeAddr(t), RaftAddr: freeAddr(t), DataDir: t.TempDir(), cluster: c}
+		peers[node.ID] = node.RaftAddr
+		c.Nodes = append(c.Nodes, node)
+	}
+	for _, node := range c.Nodes {
+		node.start(peers, "")
+	}
+	t.Cleanup(c.Close)
+	c.Leader()
+	return c
+}
+
+// AddNode starts a fresh node that joins the cluster through joinURL.
+func (c *Cluster) AddNode(joinURL string) *Node {
+	c.t.Helper()
+	node := &Node{ID: fmt.Sprintf("n%d", len(c.Nodes)+1), HTTPAddr: freeAddr(c.t), RaftAddr: freeAddr(c.t), DataDir: c.t.TempDir(), cluster: c}
+	c.Nodes = append(c.Nodes, node)
+	node.start(nil, joinURL)
+	return node
+}
+
+func (n *Node) start(peers map[string]string, join string) {
+	t := n.cluster.t
+	t.Helper()
+	cfg := raftnode.Config{
+		ID: n.ID, DataDir: n.DataDir, RaftAddr: n.RaftAddr, AdvertiseHTTP: n.HTTPAddr,
+		Peers: peers, Join: join,
+		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond, TickInterval: 50 * time.Millisecond,
+		SnapshotThreshold: n.cluster.opts.SnapshotThreshold, TrailingLogs: n.cluster.opts.TrailingLogs,
+		SnapshotInterval: 100 * time.Millisecond,
+		Clock:            n.cluster.opts.Clock,
+		Logger:           testLogger(t, n.ID),
+	}
+	if n.cluster.opts.Configure != nil {
+		n.cluster.opts.Configure(&cfg)
+	}
+	var ln net.Listener
+	var err error
+	// The port was ours a moment ago; after a stop it may linger briefly.
+	waitFor(t, 5*time.Second, "listen on "+n.HTTPAddr, func() bool {
+		ln, err = net.Listen("tcp", n.HTTPAddr)
+		return err == nil
+	})
+	var node *raftnode.Node
+	waitFor(t, 5*time.Second, "start raft on "+n.RaftAddr, func() bool {
+		node, err = raftnode.New(cfg)
+		return err == nil
+	})
+	n.Node = node
+	n.srv = &http.Server{Handler: httpapi.New(node, httpapi.Options{Logger: cfg.Logger, LeaderWait: time.Second})}
+	go n.srv.Serve(ln)
+	n.running = true
+}
+
+// Stop shuts the node down gracefully (a leader hands over leadership).
+func (n *Node) Stop() {
+	if !n.running {
+		return
+	}
+	n.running = false
+	n.srv.Close()
+	n.Node.Shutdown()
+}
+
+// Kill stops the node at once, as kill -9 would: no leadership hand-over.
+func (n *Node) Kill() {
+	if !n.running {
+		return
+	}
+	n.running = false
+	n.srv.Close()
+	n.Node.Close()
+}
+
+// Restart starts a stopped node again from its data dir.
+func (n *Node) Restart() {
+	n.cluster.t.Helper()
+	if n.running {
+		n.Kill()
+	}
+	n.start(nil, "")
+}
+
+// Close stops every node.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		n.Kill()
+	}
+}
+
+// Endpoints returns the HTTP URLs of the running nodes.
+func (c *Cluster) Endpoints() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		if n.running {
+			out = append(out, n.URL())
+		}
+	}
+	return out
+}
+
+// Leader waits until exactly one running node leads and has published its
+// HTTP address, and returns it.
+func (c *Cluster) Leader() *Node {
+	c.t.Helper()
+	return c.WaitForNewLeader(nil)
+}
+
+// WaitForNewLeader waits for a leader other than old (nil: any leader) that
+// every running node agrees on.
+func (c *Cluster) WaitForNewLeader(old *Node) *Node {
+	c.t.Helper()
+	var leader *Node
+	waitFor(c.t, 15*time.Second, "a leader", func() bool {
+		leader = nil
+		for _, n := range c.Nodes {
+			if !n.running || !n.IsLeader() {
+				continue
+			}
+			if leader != nil {
+				return false // two claim it: wait until one steps down
+			}
+			leader = n
+		}
+		if leader == nil || leader == old {
+			return false
+		}
+		for _, n := range c.Nodes {
+			if id, addr := n.Leader(); n.running && (id != leader.ID || addr == "") {
+				return false
+			}
+		}
+		return true
+	})
+	return leader
+}
+
+// Followers returns the running nodes that do not lead.
+func (c *Cluster) Followers() []*Node {
+	c.t.Helper()
+	leader := c.Leader()
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.running && n != leader {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// WaitApplied waits until every running node has applied index.
+func (c *Cluster) WaitApplied(index uint64) {
+	c.t.Helper()
+	waitFor(c.t, 15*time.Second, fmt.Sprintf("all nodes to apply index %d", index), func() bool {
+		for _, n := range c.Nodes {
+			if n.running && n.Raft().AppliedIndex() < index {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// WaitFor polls cond every few milliseconds until it holds, failing the test
+// after timeout. Tests wait on conditions, never on sleeps.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	waitFor(t, timeout, what, cond)
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// testLogger sends a node's logs to t.Log, so they show only when a test
+// fails, and drops lines that arrive after the test ended.
+func testLogger(t testing.TB, id string) hclog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) })
+	return hclog.New(&hclog.LoggerOptions{Name: id, Output: w, Level: hclog.Info, DisableTime: false})
+}
+
+type testWriter struct {
+	t    testing.TB
+	mu   sync.Mutex
+	done atomic.Bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.mu.Lock()
+		w.t.Log(string(p[:len(p)-1]))
+		w.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+// ManualClock is a raftnode.Clock that moves only when the test says so.
+type ManualClock struct {
+	mu      sync.Mutex
+	now     int64
+	waiters []manualWaiter
+}
+
+type manualWaiter struct {
+	at int64
+	ch chan time.Time
+}
+
+// Now returns the clock's reading.
+func (c *ManualClock) Now() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// After fires once the clock has been advanced by d.
+func (c *ManualClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- time.Time{}
+		return ch
+	}
+	c.waiters = append(c.waiters, manualWaiter{c.now + int64(d), ch})
+	return ch
+}
+
+// Advance moves the clock forward and fires the timers that fell due.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now += int64(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at <= c.now {
+			w.ch <- time.Time{}
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	c.waiters = kept
+}
+
+// Ensure the helper matches the API's expectations at compile time.
+var _ httpapi.Store = (*raftnode.Node)(nil)
+
+// Context returns a context bounded by d, cancelled when the test ends.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
