@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# test.sh: every test raftlock has, with whatever they need started first.
+#   - a throwaway PostgreSQL on 127.0.0.1 for the fencing tests (scripts/pg.sh)
+#   - go vet and the unit, cluster and contract tests (go test -race ./...)
+# Run from anywhere: scripts/test.sh. CI runs exactly this (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export "$(bash scripts/pg.sh start)"
+trap 'bash scripts/pg.sh stop >/dev/null 2>&1 || true' EXIT
+
+echo "== go vet"
+go vet ./...
+echo "== go test"
+go test -race -count=1 -timeout 20m ./...
