@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"unicode"
 	"unicode/utf8"
 )
@@ -176,6 +177,11 @@ type validator interface{ validate() error }
 // decode parses a JSON object strictly: unknown fields, trailing data and
 // wrong types are errors naming the field, so typos never pass silently.
 func decode(body []byte, dst validator) error {
+	// encoding/json would replace invalid UTF-8 with U+FFFD, so two different
+	// invalid names would silently become one lock.
+	if !utf8.Valid(body) {
+		return badRequest("%s: must be valid UTF-8", invalidUTF8Field(body))
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -184,6 +190,8 @@ func decode(body []byte, dst validator) error {
 		switch {
 		case errors.Is(err, io.EOF):
 			return badRequest("body: a JSON object is required")
+		case errors.As(err, &typeErr) && typeErr.Field == "":
+			return badRequest("body: must be a JSON object, not %s", typeErr.Value)
 		case errors.As(err, &typeErr):
 			return badRequest("%s: must be a %s", typeErr.Field, typeErr.Type)
 		case errors.As(err, &syntaxErr):
@@ -191,8 +199,29 @@ func decode(body []byte, dst validator) error {
 		}
 		return badRequest("body: %v", err) // includes `json: unknown field "x"`
 	}
-	if dec.More() {
+	// dec.More() would miss a stray '}' or ']'; only the end of input will do.
+	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("body: unexpected data after the JSON object")
 	}
 	return dst.validate()
+}
+
+// invalidUTF8Field names the first field (by name) whose value is not valid
+// UTF-8, or "body" when it cannot tell.
+func invalidUTF8Field(body []byte) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return "body"
+	}
+	names := make([]string, 0, len(fields))
+	for k, v := range fields {
+		if !utf8.Valid(v) {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return "body"
+	}
+	slices.Sort(names)
+	return names[0]
 }

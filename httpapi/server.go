@@ -47,7 +47,7 @@ type Server struct {
 	store   Store
 	opts    Options
 	log     hclog.Logger
-	router  *mux.Router
+	handler http.Handler
 	forward *forwarder
 }
 
@@ -67,7 +67,6 @@ func New(store Store, opts Options) *Server {
 	}
 	s := &Server{store: store, opts: opts, log: opts.Logger.Named("http"), forward: newForwarder(store.ID())}
 	r := mux.NewRouter().UseEncodedPath()
-	r.Use(s.identify)
 	r.HandleFunc("/v1/locks/acquire", s.acquire).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/renew", s.renew).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/release", s.release).Methods(http.MethodPost)
@@ -86,11 +85,13 @@ func New(store Store, opts Options) *Server {
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{http.StatusMethodNotAllowed, codeBadRequest, r.Method + " is not allowed on " + r.URL.Path})
 	})
-	s.router = r
+	// Around the router, not r.Use: mux runs middleware only on a matched
+	// route, and 404, 405 and redirects must carry the headers too.
+	s.handler = s.identify(r)
 	return s
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // identify stamps every response with this node's id and the leader's.
 func (s *Server) identify(next http.Handler) http.Handler {
