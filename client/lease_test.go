@@ -162,6 +162,7 @@ func TestWatchdogDeadlineLosesLease(t *testing.T) {
 }
 
 func TestReleaseStopsWatchdog(t *testing.T) {
+	before := goleak.IgnoreCurrent()
 	fc := newFakeCluster(1)
 	clk := newFakeClock()
 	c, err := New(fc.Endpoints(), WithClock(clk))
@@ -201,7 +202,7 @@ func TestReleaseStopsWatchdog(t *testing.T) {
 	}
 	c.Close()
 	fc.Close()
-	goleak.VerifyNone(t)
+	goleak.VerifyNone(t, before)
 }
 
 func TestReleaseDuringRenewal(t *testing.T) {
