@@ -45,6 +45,7 @@ var errorTable = []struct {
 	{raftnode.ErrNoLeader, http.StatusServiceUnavailable, codeNoLeader},
 	{raftnode.ErrIndeterminate, http.StatusServiceUnavailable, codeNoLeader},
 	{raftnode.ErrShutdown, http.StatusServiceUnavailable, codeNoLeader},
+	{raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, codeNoLeader},
 	{raftnode.ErrOverloaded, http.StatusTooManyRequests, codeOverloaded},
 	{raftnode.ErrUnknownNode, http.StatusNotFound, codeNotFound},
 	{context.DeadlineExceeded, http.StatusServiceUnavailable, codeNoLeader},

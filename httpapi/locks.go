@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/fsm"
@@ -77,7 +78,14 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs}
-	s.onLeader(w, r, body, s.applyDecision(cmd))
+	wait := time.Duration(req.WaitMs) * time.Millisecond
+	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
+		res, err := s.store.Acquire(ctx, cmd, wait)
+		if err != nil {
+			return 0, nil, err
+		}
+		return outcome(res, cmd.Name)
+	})
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,7 @@ type Store interface {
 	Leader() (id, httpAddr string)
 	WaitForLeader(ctx context.Context) (id, httpAddr string, err error)
 	Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
+	Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error)
 	Read(ctx context.Context, stale bool) (*fsm.Machine, error)
 	Ready() bool
 	Status() (raftnode.Status, error)

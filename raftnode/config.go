@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"net"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -12,6 +13,7 @@ type Config struct {
 	DataDir       string            // Raft log, stable store and snapshots
 	RaftAddr      string            // listen address of the Raft transport
 	AdvertiseRaft string            // address peers dial; RaftAddr when empty
+	RaftListener  net.Listener      // optional: serve Raft on this bound listener instead of RaftAddr
 	AdvertiseHTTP string            // HTTP address other nodes forward to
 	Peers         map[string]string // initial voters id -> Raft address; used only on a fresh data dir
 	Join          string            // HTTP URL of a running node to join through, fresh data dir only
@@ -33,6 +35,11 @@ type Config struct {
 	// ApplyTimeout bounds the wait to enqueue a write into Raft. 0: 5s.
 	ApplyTimeout time.Duration
 
+	// Bounds on parked acquires (wait_ms); beyond them acquires get
+	// ErrOverloaded. 0: DefaultMaxWaitersPerLock, DefaultMaxWaiters.
+	MaxWaitersPerLock int
+	MaxWaiters        int
+
 	Clock  Clock        // monotonic clock stamped into entries; nil: the system clock
 	Logger hclog.Logger // nil: a default logger
 }
@@ -52,6 +59,12 @@ func (c *Config) setDefaults() {
 	def(&c.ApplyTimeout, 5*time.Second)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
+	}
+	if c.MaxWaitersPerLock == 0 {
+		c.MaxWaitersPerLock = DefaultMaxWaitersPerLock
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = DefaultMaxWaiters
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 10240

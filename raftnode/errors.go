@@ -16,6 +16,9 @@ var (
 	// ErrIndeterminate: leadership was lost while the entry was in flight;
 	// nobody knows whether it committed. Retrying with the same lease id is safe.
 	ErrIndeterminate = errors.New("outcome unknown: leadership lost during the write")
+	// ErrLeaderChanged: a parked acquire was dropped because this node
+	// stopped leading; the client re-enters the wait on the new leader.
+	ErrLeaderChanged = errors.New("leadership changed while waiting; retry on the new leader")
 	// ErrOverloaded: the Raft apply queue is full.
 	ErrOverloaded = errors.New("overloaded")
 	// ErrShutdown: the node is stopping.

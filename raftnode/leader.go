@@ -67,6 +67,8 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		return
 	}
 	n.readyTerm.Store(term)
+	n.waiters.open()
+	defer n.waiters.close(ErrLeaderChanged)
 	if addr, _ := n.machine.NodeAddr(n.cfg.ID); n.cfg.AdvertiseHTTP != "" && addr != n.cfg.AdvertiseHTTP {
 		if _, err := n.apply(fsm.Command{Op: fsm.OpSetNode, NodeID: n.cfg.ID, NodeAddr: n.cfg.AdvertiseHTTP}); err != nil {
 			log.Warn("publishing own address failed", "error", err)

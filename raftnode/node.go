@@ -10,7 +10,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -40,6 +39,7 @@ type Node struct {
 	// Barrier: only then do its reads see every committed entry.
 	readyTerm atomic.Uint64
 	observers []Observer
+	waiters   *waitQueue
 
 	httpc    *http.Client
 	stop     chan struct{}
@@ -72,6 +72,7 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 		httpc:     &http.Client{Timeout: 5 * time.Second},
 		stop:      make(chan struct{}),
 	}
+	n.waiters = newWaitQueue(n.apply, n.machine.Get, cfg.MaxWaitersPerLock, cfg.MaxWaiters)
 	if err := n.open(); err != nil {
 		n.closeStores()
 		return nil, err
@@ -93,13 +94,8 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("open snapshot store: %w", err)
 	}
-	advertise, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseRaft)
-	if err != nil {
-		return fmt.Errorf("advertise raft address %q: %w", cfg.AdvertiseRaft, err)
-	}
-	n.transport, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, advertise, 3, 10*time.Second, cfg.Logger.Named("transport"))
-	if err != nil {
-		return fmt.Errorf("raft address %s: %w", cfg.RaftAddr, err)
+	if n.transport, err = newTransport(cfg); err != nil {
+		return err
 	}
 
 	rc := raft.DefaultConfig()
@@ -154,6 +150,7 @@ func (n *Node) onApplied(index uint64, op fsm.Op, r fsm.Result) {
 		default:
 		}
 	}
+	n.waiters.freed(r.Freed)
 	for _, o := range n.observers {
 		o(index, op, r)
 	}
@@ -228,6 +225,43 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	}
 	return n.apply(cmd)
 }
+
+// Acquire proposes an acquire. When the lock is held and wait > 0, the
+// request parks on this leader and is granted in arrival order as the lock
+// frees; after wait it gets the held answer. An acquire that does not wait
+// never jumps ahead of parked ones.
+func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error) {
+	if cmd.Op != fsm.OpAcquire {
+		return fsm.Result{}, fmt.Errorf("raftnode: %v is not an acquire", cmd.Op)
+	}
+	if err := ctx.Err(); err != nil {
+		return fsm.Result{}, err
+	}
+	if !n.IsLeader() {
+		return fsm.Result{}, ErrNotLeader
+	}
+	if cmd.LeaseID == "" {
+		cmd.LeaseID = NewLeaseID()
+	}
+	if n.waiters.queued(cmd.Name) {
+		holder, ok := n.machine.Get(cmd.Name)
+		if !ok || holder.LeaseID != cmd.LeaseID {
+			held := fsm.Result{Status: fsm.StatusHeld, Holder: holder}
+			if wait <= 0 {
+				return held, nil
+			}
+			return n.waiters.wait(ctx, cmd, held, wait)
+		}
+	}
+	r, err := n.apply(cmd)
+	if err != nil || r.Status != fsm.StatusHeld || wait <= 0 {
+		return r, err
+	}
+	return n.waiters.wait(ctx, cmd, r, wait)
+}
+
+// Waiters returns how many acquires are parked on this node.
+func (n *Node) Waiters() int { return n.waiters.size() }
 
 // apply stamps cmd with this leader's clock and commits it through Raft.
 func (n *Node) apply(cmd fsm.Command) (fsm.Result, error) {
@@ -318,6 +352,7 @@ func (n *Node) Close() error {
 
 func (n *Node) closeStores() {
 	if n.transport != nil {
+		n.transport.CloseStreams() // pooled connections would keep peers' handlers alive
 		n.transport.Close()
 	}
 	if n.store != nil {

@@ -48,6 +48,15 @@ type Node struct {
 	cluster *Cluster
 	srv     *http.Server
 	running bool
+	// Listeners bound before any node starts, so that no outbound
+	// connection can take a port meant for a node; used on first start.
+	httpLn, raftLn net.Listener
+}
+
+func newNode(c *Cluster, id string) *Node {
+	n := &Node{ID: id, DataDir: c.t.TempDir(), cluster: c, httpLn: listen(c.t), raftLn: listen(c.t)}
+	n.HTTPAddr, n.RaftAddr = n.httpLn.Addr().String(), n.raftLn.Addr().String()
+	return n
 }
 
 // URL is the node's HTTP endpoint.
@@ -66,7 +75,7 @@ func Start(t testing.TB, n int, opts ...Options) *Cluster {
 	}
 	peers := map[string]string{}
 	for i := 1; i <= n; i++ {
-		node := &Node{ID: fmt.Sprintf("n%d", i), HTTPAddr: freeAddr(t), RaftAddr: freeAddr(t), DataDir: t.TempDir(), cluster: c}
+		node := newNode(c, fmt.Sprintf("n%d", i))
 		peers[node.ID] = node.RaftAddr
 		c.Nodes = append(c.Nodes, node)
 	}
@@ -81,7 +90,7 @@ func Start(t testing.TB, n int, opts ...Options) *Cluster {
 // AddNode starts a fresh node that joins the cluster through joinURL.
 func (c *Cluster) AddNode(joinURL string) *Node {
 	c.t.Helper()
-	node := &Node{ID: fmt.Sprintf("n%d", len(c.Nodes)+1), HTTPAddr: freeAddr(c.t), RaftAddr: freeAddr(c.t), DataDir: c.t.TempDir(), cluster: c}
+	node := newNode(c, fmt.Sprintf("n%d", len(c.Nodes)+1))
 	c.Nodes = append(c.Nodes, node)
 	node.start(nil, joinURL)
 	return node
@@ -103,18 +112,25 @@ func (n *Node) start(peers map[string]string, join string) {
 	if n.cluster.opts.Configure != nil {
 		n.cluster.opts.Configure(&cfg)
 	}
-	var ln net.Listener
+	ln, raftLn := n.httpLn, n.raftLn
+	n.httpLn, n.raftLn = nil, nil
 	var err error
-	// The port was ours a moment ago; after a stop it may linger briefly.
-	waitFor(t, 5*time.Second, "listen on "+n.HTTPAddr, func() bool {
-		ln, err = net.Listen("tcp", n.HTTPAddr)
-		return err == nil
-	})
-	var node *raftnode.Node
-	waitFor(t, 5*time.Second, "start raft on "+n.RaftAddr, func() bool {
-		node, err = raftnode.New(cfg)
-		return err == nil
-	})
+	if ln == nil { // a restart: the ports were ours; after a stop they may linger briefly
+		waitFor(t, 5*time.Second, "listen on "+n.HTTPAddr, func() bool {
+			ln, err = net.Listen("tcp", n.HTTPAddr)
+			return err == nil
+		})
+		waitFor(t, 5*time.Second, "listen on "+n.RaftAddr, func() bool {
+			raftLn, err = net.Listen("tcp", n.RaftAddr)
+			return err == nil
+		})
+	}
+	cfg.RaftListener = raftLn
+	node, err := raftnode.New(cfg)
+	if err != nil {
+		ln.Close()
+		t.Fatalf("start node %s: %v", n.ID, err)
+	}
 	n.Node = node
 	n.srv = &http.Server{Handler: httpapi.New(node, httpapi.Options{Logger: cfg.Logger, LeaderWait: time.Second})}
 	go n.srv.Serve(ln)
@@ -248,14 +264,14 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-func freeAddr(t testing.TB) string {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("free port: %v", err)
+		t.Fatalf("listen: %v", err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // testLogger sends a node's logs to t.Log, so they show only when a test

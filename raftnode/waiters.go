@@ -1,0 +1,233 @@
+package raftnode
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// Bounds on parked acquires, so a crowd of waiters costs bounded memory.
+const (
+	DefaultMaxWaitersPerLock = 10_000
+	DefaultMaxWaiters        = 100_000
+)
+
+// waitQueue parks acquires that asked to wait for a held lock, on the leader
+// only, and grants the lock to them in arrival order as it frees. Each grant
+// is an ordinary acquire entry with its own fencing token. Queues do not
+// survive a leader change: parked requests get ErrNoLeader and clients
+// re-enter the wait on the new leader with the same lease id.
+type waitQueue struct {
+	apply      func(fsm.Command) (fsm.Result, error)
+	holder     func(name string) (fsm.Lock, bool)
+	maxPerLock int
+	maxTotal   int
+
+	mu     sync.Mutex
+	locks  map[string]*lockQueue
+	total  int
+	closed bool // not leading: nothing may park
+}
+
+type lockQueue struct {
+	waiters  []*waiter
+	granting bool // a grant for the head is in flight
+}
+
+type waiter struct {
+	cmd  fsm.Command
+	done chan waitResult // buffered: the dispatcher never blocks on it
+	gone bool            // the request ended before its grant: release any grant
+}
+
+type waitResult struct {
+	r   fsm.Result
+	err error
+}
+
+func newWaitQueue(apply func(fsm.Command) (fsm.Result, error), holder func(string) (fsm.Lock, bool), perLock, total int) *waitQueue {
+	return &waitQueue{apply: apply, holder: holder, maxPerLock: perLock, maxTotal: total, locks: map[string]*lockQueue{}, closed: true}
+}
+
+// queued reports whether anyone waits for name: an acquire that does not
+// wait must not jump the queue.
+func (q *waitQueue) queued(name string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.locks[name] != nil
+}
+
+// wait parks cmd until it is granted, the wait runs out (the last answer,
+// held, is returned), ctx ends, or leadership is lost.
+func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, wait time.Duration) (fsm.Result, error) {
+	w := &waiter{cmd: cmd, done: make(chan waitResult, 1)}
+	q.mu.Lock()
+	switch lq := q.locks[cmd.Name]; {
+	case q.closed:
+		q.mu.Unlock()
+		return fsm.Result{}, ErrNotLeader
+	case q.total >= q.maxTotal || lq != nil && len(lq.waiters) >= q.maxPerLock:
+		q.mu.Unlock()
+		return fsm.Result{}, ErrOverloaded
+	case lq == nil:
+		q.locks[cmd.Name] = &lockQueue{waiters: []*waiter{w}}
+	default:
+		lq.waiters = append(lq.waiters, w)
+	}
+	q.total++
+	q.mu.Unlock()
+	// The lock may have freed between the held answer and parking.
+	if _, ok := q.holder(cmd.Name); !ok {
+		q.serve(cmd.Name)
+	}
+
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case res := <-w.done:
+		return res.r, res.err
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	if q.leave(w) {
+		if ctx.Err() != nil {
+			return fsm.Result{}, ctx.Err()
+		}
+		if h, ok := q.holder(cmd.Name); ok {
+			held.Holder = h
+		}
+		return held, nil
+	}
+	// A grant for w is in flight: its answer decides (the dispatcher releases
+	// it if the caller has gone).
+	res := <-w.done
+	return res.r, res.err
+}
+
+// leave takes w out of its queue; false means its grant is already in
+// flight, and w is marked gone so an unwanted grant is released.
+func (q *waitQueue) leave(w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	lq := q.locks[w.cmd.Name]
+	if lq == nil {
+		return false // answered or failed already; its result is in w.done
+	}
+	for i, x := range lq.waiters {
+		if x != w {
+			continue
+		}
+		if i == 0 && lq.granting {
+			w.gone = true
+			return false
+		}
+		lq.waiters = append(lq.waiters[:i], lq.waiters[i+1:]...)
+		q.total--
+		if len(lq.waiters) == 0 && !lq.granting {
+			delete(q.locks, w.cmd.Name)
+		}
+		return true
+	}
+	return false
+}
+
+// freed is called (from the FSM observer) with locks that became free.
+func (q *waitQueue) freed(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	q.mu.Lock()
+	var todo []string
+	for _, name := range names {
+		if lq := q.locks[name]; lq != nil && !lq.granting {
+			todo = append(todo, name)
+		}
+	}
+	q.mu.Unlock()
+	for _, name := range todo {
+		go q.serve(name)
+	}
+}
+
+// serve grants name to the head of its queue. One grant is in flight per
+// lock at a time; a held answer means someone else got there first (or a
+// lock-delay runs), and the next free event brings us back.
+func (q *waitQueue) serve(name string) {
+	for {
+		q.mu.Lock()
+		lq := q.locks[name]
+		if lq == nil || lq.granting || len(lq.waiters) == 0 || q.closed {
+			q.mu.Unlock()
+			return
+		}
+		w := lq.waiters[0]
+		lq.granting = true
+		q.mu.Unlock()
+
+		res, err := q.apply(w.cmd)
+
+		q.mu.Lock()
+		lq.granting = false
+		if err == nil && res.Status == fsm.StatusHeld {
+			q.mu.Unlock()
+			return
+		}
+		lq.waiters = lq.waiters[1:]
+		q.total--
+		if len(lq.waiters) == 0 {
+			delete(q.locks, name)
+		}
+		gone := w.gone
+		q.mu.Unlock()
+
+		if gone && err == nil && res.Status == fsm.StatusOK {
+			// Nobody will use this grant: free the lock for the next in line.
+			q.apply(fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: w.cmd.LeaseID})
+		}
+		w.done <- waitResult{res, err}
+		if err != nil || res.Status == fsm.StatusOK {
+			return // the lock is taken (or we lost leadership): wait for the next event
+		}
+	}
+}
+
+// open lets requests park; the node calls it when it starts leading.
+func (q *waitQueue) open() {
+	q.mu.Lock()
+	q.closed = false
+	q.mu.Unlock()
+}
+
+// close fails every parked request with err and refuses new ones; the node
+// calls it when leadership ends.
+func (q *waitQueue) close(err error) {
+	q.mu.Lock()
+	q.closed = true
+	var failed []*waiter
+	inFlight := 0
+	for name, lq := range q.locks {
+		if lq.granting {
+			// The head's grant is in flight and will answer it.
+			failed = append(failed, lq.waiters[1:]...)
+			lq.waiters = lq.waiters[:1]
+			inFlight++
+			continue
+		}
+		failed = append(failed, lq.waiters...)
+		delete(q.locks, name)
+	}
+	q.total = inFlight
+	q.mu.Unlock()
+	for _, w := range failed {
+		w.done <- waitResult{err: err}
+	}
+}
+
+// size returns how many requests are parked.
+func (q *waitQueue) size() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.total
+}
