@@ -160,6 +160,9 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		if resp.LeaseID != "" && resp.LeaseID != id {
 			return nil, fmt.Errorf("raftlock: acquire answered another lease id")
 		}
+		if granted := time.Duration(resp.TTLMs) * time.Millisecond; granted > 0 && granted < ttl {
+			ttl = granted // trust the lease only as long as the server grants it
+		}
 		sent := oc.sent
 		if c.clock.Now().Sub(sent) > ttl/3 {
 			// The grant may have come long after the request was sent (a

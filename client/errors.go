@@ -23,6 +23,8 @@ var (
 	ErrLeaseLost = errors.New("raftlock: lease lost")
 	// ErrReleased is the cause of a Lease's Context after Release.
 	ErrReleased = errors.New("raftlock: lease released")
+	// ErrDetached is the cause of a Lease's Context after Detach.
+	ErrDetached = errors.New("raftlock: lease detached")
 )
 
 // API error codes, as defined in the HTTP contract.

@@ -9,9 +9,6 @@ import (
 	"time"
 )
 
-// ErrDetached is the cause of a Lease's Context after Detach.
-var ErrDetached = errors.New("raftlock: lease detached")
-
 // Lease is a held lock. A watchdog goroutine renews it about every TTL/3
 // until Release (or Detach); if a renewal is refused (not_holder) or none
 // succeeds before the deadline, the lease is lost: Lost is closed and Context
