@@ -25,6 +25,13 @@ type decision func(ctx context.Context) (status int, body any, err error)
 // known it waits up to LeaderWait, then answers 503 no_leader.
 func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, decide decision) {
 	ctx := r.Context()
+	if _, ok := ctx.Deadline(); !ok {
+		// A slow quorum must not pile up requests forever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
 	deadline := time.Now().Add(s.opts.LeaderWait)
 	for {
 		status, out, err := decide(ctx)

@@ -79,7 +79,9 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs}
 	wait := time.Duration(req.WaitMs) * time.Millisecond
-	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), wait+s.opts.RequestTimeout)
+	defer cancel()
+	s.onLeader(w, r.WithContext(ctx), body, func(ctx context.Context) (int, any, error) {
 		res, err := s.store.Acquire(ctx, cmd, wait)
 		if err != nil {
 			return 0, nil, err

@@ -34,6 +34,16 @@ func TestAcquireBody(t *testing.T) {
 		`{"name":"orders/89041","owner":"worker-a","lease_id":"`+leaseA+`","fencing_token":1,"ttl_ms":10000}`)
 }
 
+func TestAcquirePassesWait(t *testing.T) {
+	f := newLeader("n1")
+	s := newServer(f)
+	mustAcquire(t, s, `{"name":"a","ttl_ms":1000,"wait_ms":1500}`)
+	mustAcquire(t, s, `{"name":"b","ttl_ms":1000}`)
+	if got := f.waits; !reflect.DeepEqual(got, []time.Duration{1500 * time.Millisecond, 0}) {
+		t.Errorf("store got waits %v, want [1.5s 0s]", got)
+	}
+}
+
 func TestAcquireWithoutLeaseID(t *testing.T) {
 	f := newLeader("n1")
 	s := newServer(f)

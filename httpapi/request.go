@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"slices"
+	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -203,7 +206,42 @@ func decode(body []byte, dst validator) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("body: unexpected data after the JSON object")
 	}
+	if err := exactFields(body, dst); err != nil {
+		return err
+	}
 	return dst.validate()
+}
+
+// exactFields rejects field names that encoding/json matched only by
+// ignoring case ("TTL_MS"): the contract's names are exact.
+func exactFields(body []byte, dst any) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return badRequest("body: %v", err)
+	}
+	known := jsonNames(reflect.TypeOf(dst).Elem())
+	for name := range fields {
+		if !known[name] {
+			return badRequest("body: unknown field %q (field names are case-sensitive)", name)
+		}
+	}
+	return nil
+}
+
+var jsonNameCache sync.Map // reflect.Type -> map[string]bool
+
+// jsonNames returns the JSON field names of struct type t.
+func jsonNames(t reflect.Type) map[string]bool {
+	if v, ok := jsonNameCache.Load(t); ok {
+		return v.(map[string]bool)
+	}
+	names := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names[name] = true
+	}
+	jsonNameCache.Store(t, names)
+	return names
 }
 
 // invalidUTF8Field names the first field (by name) whose value is not valid

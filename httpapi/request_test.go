@@ -65,6 +65,7 @@ func TestBadRequests(t *testing.T) {
 		{"lock_delay_ms fraction", `{"name":"a","ttl_ms":1000,"lock_delay_ms":0.5}`, "lock_delay_ms:"},
 		{"unknown field", `{"name":"a","ttl_ms":1000,"ttl":5}`, `"ttl"`},
 		{"misspelt field", `{"name":"a","ttl_ms":1000,"leaseid":"abcdefghijklmnopq"}`, `"leaseid"`},
+		{"field name in another case", `{"name":"a","TTL_MS":1000}`, `"TTL_MS"`},
 	}
 	renew := []badRequestCase{
 		{"missing name", `{"lease_id":"` + leaseA + `"}`, "name:"},
