@@ -51,6 +51,8 @@ type Result struct {
 	// expired without lock-delay, or at the end of a lock-delay), so the leader
 	// can serve waiters.
 	Freed []string
+	// Expired counts leases that ran out during this entry.
+	Expired int
 }
 
 // entry is a lock that is either held or in its lock-delay after an expiry.
@@ -102,7 +104,7 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.advance(index, term, c.Stamp)
-	freed := m.expireDue()
+	freed, expired := m.expireDue()
 	var r Result
 	switch c.Op {
 	case OpAcquire:
@@ -124,6 +126,7 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 		r.Status = StatusInvalid
 	}
 	r.Freed = append(freed, r.Freed...)
+	r.Expired = expired
 	return r
 }
 
@@ -147,8 +150,7 @@ func (m *Machine) advance(index, term uint64, stamp int64) {
 
 // expireDue ends every lease and lock-delay whose time has come. It runs on
 // every entry, so all replicas expire a lease at the same log position.
-func (m *Machine) expireDue() []string {
-	var freed []string
+func (m *Machine) expireDue() (freed []string, expired int) {
 	for len(m.timers) > 0 && m.timers[0].until <= m.clock.Now {
 		e := m.timers[0]
 		if !e.delayed && e.lock.LockDelay > 0 {
@@ -157,17 +159,19 @@ func (m *Machine) expireDue() []string {
 			e.delayed = true
 			e.until = m.clock.Now + e.lock.LockDelay*1e6
 			m.held--
+			expired++
 			heap.Fix(&m.timers, 0)
 			continue
 		}
 		heap.Pop(&m.timers)
 		if !e.delayed {
 			m.held--
+			expired++
 		}
 		delete(m.locks, e.lock.Name)
 		freed = append(freed, e.lock.Name)
 	}
-	return freed
+	return freed, expired
 }
 
 func (m *Machine) acquire(index uint64, c Command) Result {

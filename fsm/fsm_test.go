@@ -159,8 +159,8 @@ func TestExpiryAfterTTLAndNotBefore(t *testing.T) {
 	if _, ok := l.m.Get("a"); ok {
 		t.Fatal("lease still held at its deadline")
 	}
-	if !reflect.DeepEqual(r.Freed, []string{"a"}) {
-		t.Fatalf("freed %v, want [a]", r.Freed)
+	if !reflect.DeepEqual(r.Freed, []string{"a"}) || r.Expired != 1 {
+		t.Fatalf("freed %v expired %d, want [a] 1", r.Freed, r.Expired)
 	}
 }
 
@@ -246,7 +246,9 @@ func TestLockDelayAfterExpiryNotAfterRelease(t *testing.T) {
 	c := acquire("a", "L1", 1000)
 	c.LockDelay = 500
 	l.apply(c)
-	l.at(1000).apply(tick())
+	if r := l.at(1000).apply(tick()); r.Expired != 1 || len(r.Freed) != 0 {
+		t.Fatalf("expiry into lock-delay: expired %d freed %v", r.Expired, r.Freed)
+	}
 	r := l.at(1200).apply(acquire("a", "L2", 1000))
 	if r.Status != StatusHeld || r.Holder.LeaseID != "L1" || r.Retry != 300 {
 		t.Fatalf("during lock-delay: %+v", r)
@@ -255,7 +257,7 @@ func TestLockDelayAfterExpiryNotAfterRelease(t *testing.T) {
 		t.Fatal("a lock in lock-delay reads as held")
 	}
 	r = l.at(1500).apply(tick())
-	if !reflect.DeepEqual(r.Freed, []string{"a"}) {
+	if !reflect.DeepEqual(r.Freed, []string{"a"}) || r.Expired != 0 {
 		t.Fatalf("end of lock-delay freed %v", r.Freed)
 	}
 	if r := l.apply(acquire("a", "L2", 1000)); r.Status != StatusOK {

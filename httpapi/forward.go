@@ -101,6 +101,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 		return
 	}
 	defer resp.Body.Close()
+	markForwarded(w)
 	for _, h := range []string{"Content-Type", "Retry-After", headerLeader} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)

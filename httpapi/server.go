@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/raftnode"
@@ -39,7 +40,10 @@ type Options struct {
 	LeaderWait time.Duration
 	// RequestTimeout bounds one request's work, on top of any wait_ms. 0: 10s.
 	RequestTimeout time.Duration
-	// Metrics serves /metrics; nil: the Prometheus default registry.
+	// Registry receives the API's metrics and, unless Metrics is set, is
+	// what /metrics serves. nil: a registry of the server's own.
+	Registry *prometheus.Registry
+	// Metrics, when set, serves /metrics instead of Registry.
 	Metrics http.Handler
 }
 
@@ -63,11 +67,15 @@ func New(store Store, opts Options) *Server {
 	if opts.RequestTimeout == 0 {
 		opts.RequestTimeout = 10 * time.Second
 	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
 	if opts.Metrics == nil {
-		opts.Metrics = promhttp.Handler()
+		opts.Metrics = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
 	}
 	s := &Server{store: store, opts: opts, log: opts.Logger.Named("http"), forward: newForwarder(store.ID())}
 	r := mux.NewRouter().UseEncodedPath()
+	r.Use(newHTTPMetrics(opts.Registry).instrument)
 	r.HandleFunc("/v1/locks/acquire", s.acquire).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/renew", s.renew).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/release", s.release).Methods(http.MethodPost)

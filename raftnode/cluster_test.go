@@ -3,9 +3,12 @@ package raftnode_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,27 +154,28 @@ func TestLaggingNodeCatchesUpBySnapshot(t *testing.T) {
 	assertSameState(t, c)
 }
 
-// assertSameState checks every running node's state machine is identical
-// once all have applied the leader's last index.
+// assertSameState checks every running node's state machine converges to
+// byte-identical state (a tick may still be in flight, so poll).
 func assertSameState(t *testing.T, c *raftnodetest.Cluster) {
 	t.Helper()
-	leader := c.Leader()
-	c.WaitApplied(leader.Raft().LastIndex())
-	var want []byte
-	for _, n := range c.Nodes {
-		if !n.Running() {
-			continue
+	raftnodetest.WaitFor(t, 10*time.Second, "identical state on every node", func() bool {
+		var want []byte
+		for _, n := range c.Nodes {
+			if !n.Running() {
+				continue
+			}
+			var buf bytes.Buffer
+			if _, err := n.Machine().Snapshot().WriteTo(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if want == nil {
+				want = buf.Bytes()
+			} else if !bytes.Equal(want, buf.Bytes()) {
+				return false
+			}
 		}
-		var buf bytes.Buffer
-		if _, err := n.Machine().Snapshot().WriteTo(&buf); err != nil {
-			t.Fatal(err)
-		}
-		if want == nil {
-			want = buf.Bytes()
-		} else if !bytes.Equal(want, buf.Bytes()) {
-			t.Fatalf("node %s state differs from the others", n.ID)
-		}
-	}
+		return true
+	})
 }
 
 func held(n *raftnodetest.Node, name string) bool {
@@ -307,4 +311,62 @@ func TestJoinLeaveAndTransfer(t *testing.T) {
 	if status, body = call(t, "POST", n4.URL()+"/v1/cluster/leave", map[string]any{"id": "nope"}); status != 404 {
 		t.Fatalf("leave of unknown node: %d %v", status, body)
 	}
+}
+
+// metricValue scrapes node's /metrics and returns the sample named exactly
+// by series (name with labels), or -1 when absent.
+func metricValue(t *testing.T, node *raftnodetest.Node, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(node.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(rest, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", line, err)
+			}
+			return v
+		}
+	}
+	return -1
+}
+
+func TestMetricsMoveUnderWorkload(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	leader := c.Leader()
+	follower := c.Followers()[0]
+	series := []string{
+		`raftlock_commands_applied_total{op="acquire",outcome="ok"}`,
+		`raftlock_commands_applied_total{op="release",outcome="ok"}`,
+		`raftlock_http_requests_total{code="200",method="POST",route="/v1/locks/acquire"}`,
+	}
+	for i := 0; i < 5; i++ {
+		lease := fmt.Sprintf("metrics-lease-%04d-abcdef", i)
+		acquire(t, follower, "m/"+strconv.Itoa(i), "w", lease, 60000)
+		call(t, "POST", follower.URL()+"/v1/locks/release", map[string]any{"name": "m/" + strconv.Itoa(i), "lease_id": lease})
+	}
+	acquire(t, follower, "m/held", "w", leaseA, 60000)
+	c.WaitApplied(leader.Raft().LastIndex())
+	for _, s := range series {
+		if v := metricValue(t, leader, s); v < 5 {
+			t.Errorf("leader %s = %v, want >= 5", s, v)
+		}
+	}
+	if v := metricValue(t, follower, `raftlock_http_forwarded_total{route="/v1/locks/acquire"}`); v < 6 {
+		t.Errorf("follower forwarded %v acquires, want 6", v)
+	}
+	if v := metricValue(t, leader, "raftlock_leases_held"); v != 1 {
+		t.Errorf("leases held %v, want 1", v)
+	}
+	if v := metricValue(t, leader, "raftlock_is_leader"); v != 1 {
+		t.Errorf("leader's raftlock_is_leader = %v", v)
+	}
+	applied := float64(leader.Raft().AppliedIndex())
+	raftnodetest.WaitFor(t, 10*time.Second, "the follower's applied-index gauge to catch up", func() bool {
+		return metricValue(t, follower, "raftlock_raft_applied_index") >= applied
+	})
 }

@@ -16,6 +16,7 @@ func (n *Node) watchLeadership() {
 	for {
 		select {
 		case leader := <-n.notifyCh:
+			n.metrics.leaderChanges.Inc()
 			running.stop()
 			running = nil
 			if leader {

@@ -40,6 +40,7 @@ type Node struct {
 	readyTerm atomic.Uint64
 	observers []Observer
 	waiters   *waitQueue
+	metrics   *nodeMetrics
 
 	httpc    *http.Client
 	stop     chan struct{}
@@ -72,6 +73,7 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 		httpc:     &http.Client{Timeout: 5 * time.Second},
 		stop:      make(chan struct{}),
 	}
+	n.metrics = newNodeMetrics(n)
 	n.waiters = newWaitQueue(n.apply, n.machine.Get, cfg.MaxWaitersPerLock, cfg.MaxWaiters)
 	if err := n.open(); err != nil {
 		n.closeStores()
@@ -150,6 +152,7 @@ func (n *Node) onApplied(index uint64, op fsm.Op, r fsm.Result) {
 		default:
 		}
 	}
+	n.metrics.applied(op, r)
 	n.waiters.freed(r.Freed)
 	for _, o := range n.observers {
 		o(index, op, r)

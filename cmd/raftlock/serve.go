@@ -14,6 +14,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	gometrics "github.com/hashicorp/go-metrics/compat"
+	promsink "github.com/hashicorp/go-metrics/compat/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/raftlock/raftlock/httpapi"
 	"github.com/raftlock/raftlock/raftnode"
 )
@@ -114,6 +118,25 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	return c, nil
 }
 
+// newRegistry gathers what /metrics serves: the node's lock and Raft state,
+// hashicorp/raft's own metrics through a Prometheus sink, and the Go runtime.
+func newRegistry(node *raftnode.Node) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(node.Collectors()...)
+	sink, err := promsink.NewPrometheusSinkFrom(promsink.PrometheusOpts{Registerer: reg, Name: "raftlock_raft"})
+	if err != nil {
+		return nil, fmt.Errorf("raft metrics sink: %w", err)
+	}
+	conf := gometrics.DefaultConfig("raftlock")
+	conf.EnableHostname = false
+	conf.EnableRuntimeMetrics = false // the Go collector covers them
+	if _, err := gometrics.NewGlobal(conf, sink); err != nil {
+		return nil, fmt.Errorf("raft metrics: %w", err)
+	}
+	return reg, nil
+}
+
 func advertiseOr(advertise, listen string) string {
 	if advertise != "" {
 		return advertise
@@ -156,8 +179,13 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	if err != nil {
 		return err
 	}
+	reg, err := newRegistry(node)
+	if err != nil {
+		node.Close()
+		return err
+	}
 	srv := &http.Server{
-		Handler:           httpapi.New(node, httpapi.Options{Logger: logger}),
+		Handler:           httpapi.New(node, httpapi.Options{Logger: logger, Registry: reg}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	serveErr := make(chan error, 1)

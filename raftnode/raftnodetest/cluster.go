@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftlock/raftlock/httpapi"
 	"github.com/raftlock/raftlock/raftnode"
 )
@@ -132,7 +133,9 @@ func (n *Node) start(peers map[string]string, join string) {
 		t.Fatalf("start node %s: %v", n.ID, err)
 	}
 	n.Node = node
-	n.srv = &http.Server{Handler: httpapi.New(node, httpapi.Options{Logger: cfg.Logger, LeaderWait: time.Second})}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(node.Collectors()...)
+	n.srv = &http.Server{Handler: httpapi.New(node, httpapi.Options{Logger: cfg.Logger, LeaderWait: time.Second, Registry: reg})}
 	go n.srv.Serve(ln)
 	n.running = true
 }

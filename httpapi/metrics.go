@@ -1,0 +1,76 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// httpMetrics counts requests by route template (never by lock name, which
+// would grow without bound) and status.
+type httpMetrics struct {
+	requests  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	forwarded *prometheus.CounterVec
+}
+
+func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftlock_http_requests_total",
+			Help: "HTTP requests answered, by route, method and status code (429: shed for overload).",
+		}, []string{"route", "method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "raftlock_http_request_duration_seconds",
+			Help:    "Time to answer HTTP requests, by route and method (includes wait_ms parking).",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"route", "method"}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftlock_http_forwarded_total",
+			Help: "Requests this node relayed to the leader, by route.",
+		}, []string{"route"}),
+	}
+	reg.MustRegister(m.requests, m.latency, m.forwarded)
+	return m
+}
+
+// instrument is mux middleware: it runs only on matched routes, so the
+// route template is known.
+func (m *httpMetrics) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		route := "unknown"
+		if cr := mux.CurrentRoute(r); cr != nil {
+			route, _ = cr.GetPathTemplate()
+		}
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		start := time.Now()
+		next.ServeHTTP(sw, r)
+		m.latency.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(sw.status)).Inc()
+		if sw.forwarded {
+			m.forwarded.WithLabelValues(route).Inc()
+		}
+	})
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status    int
+	forwarded bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// markForwarded tells the metrics middleware, if any, that w was relayed.
+func markForwarded(w http.ResponseWriter) {
+	if sw, ok := w.(*statusWriter); ok {
+		sw.forwarded = true
+	}
+}

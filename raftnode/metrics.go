@@ -1,0 +1,62 @@
+package raftnode
+
+import (
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// nodeMetrics counts what the state machine did on this node and reads the
+// node's Raft state when scraped. Counters are per replica: every node counts
+// every grant it applies, so sum them over one node, not the cluster.
+type nodeMetrics struct {
+	commands      *prometheus.CounterVec // by op and outcome
+	expiries      prometheus.Counter
+	leaderChanges prometheus.Counter
+	gauges        []prometheus.Collector
+}
+
+func newNodeMetrics(n *Node) *nodeMetrics {
+	m := &nodeMetrics{
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "raftlock_commands_applied_total",
+			Help: "Lock commands applied to this node's state machine, by op (acquire, renew, release, tick) and outcome (ok, held, not_holder, invalid).",
+		}, []string{"op", "outcome"}),
+		expiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftlock_lease_expiries_total",
+			Help: "Leases that ran out of TTL, as applied on this node.",
+		}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "raftlock_leadership_changes_total",
+			Help: "Times this node gained or lost leadership.",
+		}),
+	}
+	gauge := func(name, help string, f func() float64) {
+		m.gauges = append(m.gauges, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	gauge("raftlock_raft_term", "Current Raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
+	gauge("raftlock_raft_commit_index", "Raft commit index known to this node.", func() float64 { return float64(n.raft.CommitIndex()) })
+	gauge("raftlock_raft_applied_index", "Last Raft index applied on this node.", func() float64 { return float64(n.raft.AppliedIndex()) })
+	gauge("raftlock_raft_last_index", "Last Raft index in this node's log.", func() float64 { return float64(n.raft.LastIndex()) })
+	gauge("raftlock_is_leader", "1 while this node leads.", func() float64 {
+		if n.raft.State() == raft.Leader {
+			return 1
+		}
+		return 0
+	})
+	gauge("raftlock_leases_held", "Leases currently held, as of this node's applied state.", func() float64 { return float64(n.machine.HeldCount()) })
+	gauge("raftlock_waiters", "Acquires parked on this node waiting for a lock.", func() float64 { return float64(n.waiters.size()) })
+	return m
+}
+
+func (m *nodeMetrics) applied(op fsm.Op, r fsm.Result) {
+	m.commands.WithLabelValues(op.String(), r.Status.String()).Inc()
+	if r.Expired > 0 {
+		m.expiries.Add(float64(r.Expired))
+	}
+}
+
+// Collectors returns the node's Prometheus metrics for registration.
+func (n *Node) Collectors() []prometheus.Collector {
+	return append([]prometheus.Collector{n.metrics.commands, n.metrics.expiries, n.metrics.leaderChanges}, n.metrics.gauges...)
+}
