@@ -1,0 +1,205 @@
+// Package faults injects the checker's faults into a running cluster and
+// its workload clients, one at a time.
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
+)
+
+// Kinds of fault.
+const (
+	LeaderKill      = "leader-kill"
+	LeaderPause     = "leader-pause"
+	HolderPause     = "holder-pause"
+	FollowerRestart = "follower-restart"
+	Transfer        = "leader-transfer"
+)
+
+// All lists every kind, in the order a run cycles through them.
+var All = []string{LeaderKill, HolderPause, LeaderPause, FollowerRestart, Transfer}
+
+// Fault is one injected fault.
+type Fault struct {
+	Kind   string
+	Target string
+	Start  int64 // CLOCK_MONOTONIC
+	End    int64
+	Detail string
+	Err    string
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("%-16s %-4s %6.2fs  %s", f.Kind, f.Target, time.Duration(f.End-f.Start).Seconds(), f.Detail)
+	if f.Err != "" {
+		s += " ERROR: " + f.Err
+	}
+	return s
+}
+
+// Injector holds what faults act on.
+type Injector struct {
+	C       *cluster.Cluster
+	Rnd     *rand.Rand
+	TTL     time.Duration                  // the workload's typical TTL (leader pauses scale with it)
+	Clients func(owner string) (int, bool) // owner -> pid of a workload client
+	Logf    func(format string, args ...any)
+}
+
+func (in *Injector) sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func (in *Injector) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(in.Rnd.Int63n(int64(hi-lo)+1))
+}
+
+// Inject runs one fault of the given kind to its end (the node restarted or
+// resumed) and returns its record.
+func (in *Injector) Inject(ctx context.Context, kind string) Fault {
+	f := Fault{Kind: kind, Start: history.Now()}
+	err := func() error {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		leader, err := in.C.WaitReady(lctx)
+		if err != nil {
+			return err
+		}
+		f.Start = history.Now()
+		switch kind {
+		case LeaderKill:
+			f.Target = leader.ID
+			down := in.between(0, 5*time.Second)
+			leader.Kill()
+			f.Detail = fmt.Sprintf("kill -9, restarted after %v", down.Round(time.Millisecond))
+			in.sleep(ctx, down)
+			return leader.Start()
+		case LeaderPause:
+			f.Target = leader.ID
+			d := in.between(in.TTL/2, 3*in.TTL)
+			f.Detail = fmt.Sprintf("SIGSTOP for %v", d.Round(time.Millisecond))
+			leader.Pause()
+			in.sleep(ctx, d)
+			return leader.Resume()
+		case Transfer:
+			f.Target = leader.ID
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, leader.URL()+"/v1/cluster/transfer-leadership", strings.NewReader("{}"))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("transfer-leadership: status %d", resp.StatusCode)
+			}
+			l, err := in.C.WaitReady(lctx)
+			if err == nil {
+				f.Detail = "new leader " + l.ID
+			}
+			return err
+		case FollowerRestart:
+			var fol *cluster.Node
+			for _, n := range in.C.Nodes {
+				if n != leader && n.Running() {
+					fol = n
+				}
+			}
+			if fol == nil {
+				return fmt.Errorf("no follower")
+			}
+			f.Target = fol.ID
+			before := countInLog(fol.LogPath, "Installed remote snapshot")
+			fol.Kill()
+			down := in.between(2*time.Second, 5*time.Second)
+			in.sleep(ctx, down)
+			if err := fol.Start(); err != nil {
+				return err
+			}
+			if err := in.caughtUp(ctx, fol, 20*time.Second); err != nil {
+				return err
+			}
+			how := "by log replay"
+			if countInLog(fol.LogPath, "Installed remote snapshot") > before {
+				how = "by snapshot"
+			}
+			f.Detail = fmt.Sprintf("kill -9, down %v, caught up %s", down.Round(time.Millisecond), how)
+			return nil
+		case HolderPause:
+			var locks struct {
+				Locks []model.LockView `json:"locks"`
+			}
+			for try := 0; ; try++ {
+				if err := in.C.Get(lctx, leader, "/v1/locks?prefix=", &locks); err != nil {
+					return err
+				}
+				in.Rnd.Shuffle(len(locks.Locks), func(i, j int) { locks.Locks[i], locks.Locks[j] = locks.Locks[j], locks.Locks[i] })
+				for _, l := range locks.Locks {
+					pid, ok := in.Clients(l.Owner)
+					if !ok {
+						continue
+					}
+					ttl := time.Duration(l.TTLMs) * time.Millisecond
+					d := in.between(ttl*3/2, 3*ttl)
+					f.Target = l.Owner
+					f.Detail = fmt.Sprintf("SIGSTOP holder of %q (token %d, ttl %v) for %v", l.Name, l.Token, ttl, d.Round(time.Millisecond))
+					syscall.Kill(pid, syscall.SIGSTOP)
+					in.sleep(ctx, d)
+					return syscall.Kill(pid, syscall.SIGCONT)
+				}
+				if try > 40 || ctx.Err() != nil {
+					return fmt.Errorf("no client held a lock")
+				}
+				in.sleep(ctx, 50*time.Millisecond)
+			}
+		}
+		return fmt.Errorf("unknown fault %q", kind)
+	}()
+	if err != nil {
+		f.Err = err.Error()
+	}
+	f.End = history.Now()
+	return f
+}
+
+// caughtUp waits until n has applied everything the leader had committed
+// when n came back.
+func (in *Injector) caughtUp(ctx context.Context, n *cluster.Node, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	var target uint64
+	for {
+		if target == 0 {
+			if l, err := in.C.Leader(ctx); err == nil {
+				if i, err := in.C.Info(ctx, l); err == nil {
+					target = i.CommitIndex
+				}
+			}
+		} else if i, err := in.C.Info(ctx, n); err == nil && i.AppliedIndex >= target {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not catch up to index %d within %v", n.ID, target, limit)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func countInLog(path, s string) int {
+	b, _ := os.ReadFile(path)
+	return strings.Count(string(b), s)
+}

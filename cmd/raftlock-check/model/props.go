@@ -1,0 +1,302 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
+)
+
+// Violation is one broken property, with enough detail to find it in the
+// journal.
+type Violation struct {
+	Property string // "a" … "e"
+	Detail   string
+}
+
+func (v Violation) String() string { return fmt.Sprintf("(%s) %s", v.Property, v.Detail) }
+
+// Interval is a span during which a client rightly believed it held a lock.
+type Interval struct {
+	Name, Lease string
+	Client      int
+	Start, End  int64
+	From        string // op id that started it
+}
+
+// Validity computes, per lease, when its client could trust it: from the
+// answer of an acknowledged acquire (or of a renew sent after the previous
+// deadline) to send + ttl×(1−drift) of its last acknowledged acquire or
+// renew, cut short by the send of a release.
+func Validity(ops []history.Op, drift float64) []Interval {
+	byLease := map[string][]history.Op{}
+	for _, o := range ops {
+		switch o.Kind {
+		case history.Acquire, history.Renew, history.Release:
+			if o.Lease != "" {
+				byLease[o.Lease] = append(byLease[o.Lease], o)
+			}
+		}
+	}
+	var out []Interval
+	for lease, los := range byLease {
+		sort.Slice(los, func(i, j int) bool { return los[i].Call < los[j].Call })
+		var cur *Interval
+		flush := func() {
+			if cur != nil && cur.End > cur.Start {
+				out = append(out, *cur)
+			}
+			cur = nil
+		}
+		for _, o := range los {
+			trust := o.Call + int64(float64(o.TTL)*float64(time.Millisecond)*(1-drift))
+			switch {
+			case o.Kind == history.Release:
+				if cur != nil {
+					cur.End = min(cur.End, o.Call)
+				}
+				flush()
+			case o.Outcome != history.OK:
+			case cur != nil && o.Call < cur.End:
+				cur.End = max(cur.End, trust)
+			default:
+				flush()
+				cur = &Interval{Name: o.Name, Lease: lease, Client: o.Client, Start: o.Return, End: trust, From: o.ID}
+			}
+		}
+		flush()
+	}
+	return out
+}
+
+// MutualExclusion is property (a): no two leases' validity intervals on one
+// lock overlap.
+func MutualExclusion(ops []history.Op, drift float64) []Violation {
+	byName := map[string][]Interval{}
+	for _, iv := range Validity(ops, drift) {
+		byName[iv.Name] = append(byName[iv.Name], iv)
+	}
+	var vs []Violation
+	for name, ivs := range byName {
+		sort.Slice(ivs, func(i, j int) bool { return ivs[i].Start < ivs[j].Start })
+		var reach *Interval // the interval reaching furthest so far
+		for i := range ivs {
+			iv := &ivs[i]
+			if reach != nil && iv.Start < reach.End && iv.Lease != reach.Lease {
+				vs = append(vs, Violation{"a", fmt.Sprintf("lock %q held by two clients at once for %v: c%d (lease %s, from %s) until %v and c%d (lease %s, from %s) from %v",
+					name, time.Duration(reach.End-iv.Start), reach.Client, reach.Lease, reach.From, reach.End, iv.Client, iv.Lease, iv.From, iv.Start)})
+			}
+			if reach == nil || iv.End > reach.End {
+				reach = iv
+			}
+		}
+	}
+	return vs
+}
+
+type grant struct {
+	name, lease string
+	token       uint64
+	firstCall   int64 // earliest send of an acquire of this lease
+	firstAck    int64 // earliest answer carrying this token
+	op          string
+}
+
+// Tokens is property (b): tokens are unique to one grant, strictly increase
+// on each lock in grant order (a grant acknowledged before another's first
+// acquire was sent has the smaller token), and a lease keeps its token over
+// retried acquires and renewals while it cannot have expired.
+func Tokens(ops []history.Op) []Violation {
+	var vs []Violation
+	firstCall := map[string]int64{}
+	for _, o := range ops {
+		if o.Kind == history.Acquire {
+			if c, ok := firstCall[o.Lease]; !ok || o.Call < c {
+				firstCall[o.Lease] = o.Call
+			}
+		}
+	}
+	grants := map[uint64]*grant{}
+	lastOK := map[string]history.Op{}
+	for _, o := range ops { // sorted by call
+		if o.Outcome != history.OK || (o.Kind != history.Acquire && o.Kind != history.Renew) {
+			continue
+		}
+		if p, ok := lastOK[o.Lease]; ok && o.Call < p.Call+p.TTL*int64(time.Millisecond) && o.Token != p.Token {
+			released := false
+			for _, r := range ops {
+				if r.Kind == history.Release && r.Lease == o.Lease && r.Call > p.Call && r.Call < o.Return {
+					released = true
+				}
+			}
+			if !released {
+				vs = append(vs, Violation{"b", fmt.Sprintf("lease %s on %q changed token %d -> %d while still held (%s then %s)", o.Lease, o.Name, p.Token, o.Token, p.ID, o.ID)})
+			}
+		}
+		lastOK[o.Lease] = o
+		g, ok := grants[o.Token]
+		if !ok {
+			grants[o.Token] = &grant{name: o.Name, lease: o.Lease, token: o.Token, firstCall: firstCall[o.Lease], firstAck: o.Return, op: o.ID}
+			continue
+		}
+		if g.lease != o.Lease || g.name != o.Name {
+			vs = append(vs, Violation{"b", fmt.Sprintf("token %d granted twice: lease %s on %q (%s) and lease %s on %q (%s)", o.Token, g.lease, g.name, g.op, o.Lease, o.Name, o.ID)})
+		}
+		g.firstAck = min(g.firstAck, o.Return)
+	}
+	byName := map[string][]*grant{}
+	for _, g := range grants {
+		byName[g.name] = append(byName[g.name], g)
+	}
+	for name, gs := range byName {
+		byAck := append([]*grant(nil), gs...)
+		sort.Slice(byAck, func(i, j int) bool { return byAck[i].firstAck < byAck[j].firstAck })
+		sort.Slice(gs, func(i, j int) bool { return gs[i].firstCall < gs[j].firstCall })
+		var best *grant // highest token among grants acknowledged so far
+		k := 0
+		for _, g := range gs {
+			for k < len(byAck) && byAck[k].firstAck < g.firstCall {
+				if best == nil || byAck[k].token > best.token {
+					best = byAck[k]
+				}
+				k++
+			}
+			if best != nil && best.token >= g.token && best != g {
+				vs = append(vs, Violation{"b", fmt.Sprintf("lock %q: token %d (%s, lease %s) was granted after token %d (%s, lease %s) was acknowledged", name, g.token, g.op, g.lease, best.token, best.op, best.lease)})
+			}
+		}
+	}
+	return vs
+}
+
+// RegisterReport is property (c)'s findings.
+type RegisterReport struct {
+	FencedAccepted, FencedRejected int
+	UnfencedWrites, UnfencedLost   int
+	Violations                     []Violation
+}
+
+// Registers is property (c): the fenced register never accepted a token
+// below one it had accepted and lost no acknowledged write, every write the
+// clients saw acknowledged is in its log, and the unfenced register did
+// lose writes (otherwise the faults were too weak to show anything).
+func Registers(log []history.Access, ops []history.Op) RegisterReport {
+	var r RegisterReport
+	maxTok := map[string]uint64{}
+	accepted := map[string]history.Access{}
+	lost := map[string]bool{}
+	for _, a := range log {
+		if !a.Fenced {
+			if a.Write && a.Accepted {
+				r.UnfencedWrites++
+				r.UnfencedLost += len(a.Lost)
+			}
+			continue
+		}
+		if !a.Accepted {
+			if a.Write {
+				r.FencedRejected++
+			}
+			continue
+		}
+		if a.Write {
+			r.FencedAccepted++
+			accepted[a.OpID] = a
+		}
+		if a.Token < maxTok[a.Name] {
+			r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("fenced register %q accepted token %d (%s) after token %d", a.Name, a.Token, a.OpID, maxTok[a.Name])})
+		}
+		maxTok[a.Name] = max(maxTok[a.Name], a.Token)
+		for _, l := range a.Lost {
+			lost[l] = true
+			r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("fenced register %q lost write %s: overwritten by %s (token %d) which had not read it", a.Name, l, a.OpID, a.Token)})
+		}
+	}
+	for _, o := range ops {
+		if o.Kind == history.FWrite && o.Outcome == history.OK {
+			if _, ok := accepted[o.ID]; !ok {
+				r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("acknowledged fenced write %s is not in the register's log", o.ID)})
+			}
+		}
+	}
+	if r.UnfencedLost == 0 {
+		r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("the unfenced register lost no write in %d writes: the faults were too weak to show what fencing prevents", r.UnfencedWrites)})
+	}
+	return r
+}
+
+// LockView is one held lock as a node reports it.
+type LockView struct {
+	Name  string `json:"name"`
+	Owner string `json:"owner"`
+	Token uint64 `json:"fencing_token"`
+	TTLMs int64  `json:"ttl_ms"`
+}
+
+// NodeState is one node's final state, read with ?stale=true.
+type NodeState struct {
+	ID      string
+	Applied uint64
+	Locks   []LockView
+	Err     string
+}
+
+// Expect is what the final, acknowledged operations left on one lock.
+type Expect struct {
+	Name  string
+	Held  bool
+	Owner string
+	Token uint64
+	TTLMs int64
+}
+
+// FinalState is property (d): every node ends with the same locks, its log
+// holds every acknowledged grant (its applied index is at least the largest
+// acknowledged token), and the acknowledged closing acquires, renews and
+// releases are all in its state.
+func FinalState(nodes []NodeState, expect []Expect, ops []history.Op) []Violation {
+	var vs []Violation
+	var maxTok uint64
+	for _, o := range ops {
+		if o.Outcome == history.OK && (o.Kind == history.Acquire || o.Kind == history.Renew) {
+			maxTok = max(maxTok, o.Token)
+		}
+	}
+	var ref *NodeState
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Err != "" {
+			vs = append(vs, Violation{"d", fmt.Sprintf("node %s: final state unreadable: %s", n.ID, n.Err)})
+			continue
+		}
+		if n.Applied < maxTok {
+			vs = append(vs, Violation{"d", fmt.Sprintf("node %s applied only up to %d, but token %d was acknowledged", n.ID, n.Applied, maxTok)})
+		}
+		got := map[string]LockView{}
+		for _, l := range n.Locks {
+			got[l.Name] = l
+		}
+		for _, e := range expect {
+			l, held := got[e.Name]
+			switch {
+			case held != e.Held:
+				vs = append(vs, Violation{"d", fmt.Sprintf("node %s: lock %q held=%v, but the acknowledged final operations leave held=%v", n.ID, e.Name, held, e.Held)})
+			case held && (l.Token != e.Token || l.Owner != e.Owner || l.TTLMs != e.TTLMs):
+				vs = append(vs, Violation{"d", fmt.Sprintf("node %s: lock %q is %+v, want owner %s token %d ttl %d ms (acknowledged acquire and renew)", n.ID, e.Name, l, e.Owner, e.Token, e.TTLMs)})
+			}
+		}
+		if ref == nil {
+			ref = n
+			continue
+		}
+		if fmt.Sprint(ref.Locks) != fmt.Sprint(n.Locks) {
+			vs = append(vs, Violation{"d", fmt.Sprintf("nodes disagree: %s has %v, %s has %v", ref.ID, ref.Locks, n.ID, n.Locks)})
+		}
+	}
+	return vs
+}
+
+// MaxTime is the return time of an operation that never returned.
+const MaxTime = math.MaxInt64

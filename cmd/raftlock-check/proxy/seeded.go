@@ -1,0 +1,111 @@
+//go:build raftlock_seeded_bugs
+
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+)
+
+// SeededBugs lists the bugs a test build can seed, by name.
+var SeededBugs = []string{"grant-over-holder", "early-expiry", "phantom-release"}
+
+// Lookup returns the named bug.
+func Lookup(name string) (Bug, error) {
+	switch name {
+	case "grant-over-holder":
+		return &grantOverHolder{holders: map[string]string{}}, nil
+	case "early-expiry":
+		return earlyExpiry{}, nil
+	case "phantom-release":
+		return phantomRelease{}, nil
+	}
+	return nil, fmt.Errorf("unknown seeded bug %q (have %v)", name, SeededBugs)
+}
+
+// grantOverHolder skips the lease check on acquire: when the lock is held,
+// it frees it from under its holder (with the holder's lease id, which the
+// proxy saw granted) and grants it to the asker.
+type grantOverHolder struct {
+	mu      sync.Mutex
+	holders map[string]string // lock name -> lease id last granted
+}
+
+func (b *grantOverHolder) Handle(x Exchange, fwd func(Exchange) (Answer, error)) (Answer, error) {
+	a, err := fwd(x)
+	if err != nil || x.Path != "/v1/locks/acquire" {
+		return a, err
+	}
+	var req struct {
+		Name    string `json:"name"`
+		LeaseID string `json:"lease_id"`
+	}
+	json.Unmarshal(x.Body, &req)
+	b.mu.Lock()
+	holder := b.holders[req.Name]
+	b.mu.Unlock()
+	if a.Status == http.StatusConflict && holder != "" {
+		rel, _ := json.Marshal(map[string]string{"name": req.Name, "lease_id": holder})
+		fwd(Exchange{Path: "/v1/locks/release", Body: rel})
+		a, err = fwd(x)
+	}
+	if err == nil && a.Status == http.StatusOK {
+		b.mu.Lock()
+		b.holders[req.Name] = req.LeaseID
+		b.mu.Unlock()
+	}
+	return a, err
+}
+
+// earlyExpiry makes every lease expire after a quarter of its TTL: the
+// server is asked for ttl/4, the client believes it got ttl.
+type earlyExpiry struct{}
+
+func (earlyExpiry) Handle(x Exchange, fwd func(Exchange) (Answer, error)) (Answer, error) {
+	if x.Path == "/v1/locks/acquire" || x.Path == "/v1/locks/renew" {
+		var m map[string]any
+		if json.Unmarshal(x.Body, &m) == nil {
+			if ttl, ok := m["ttl_ms"].(float64); ok {
+				m["ttl_ms"] = max(500, int64(ttl)/4)
+			} else if x.Path == "/v1/locks/renew" {
+				m["ttl_ms"] = 500
+			}
+			x.Body, _ = json.Marshal(m)
+		}
+		a, err := fwd(x)
+		if err == nil && a.Status == http.StatusOK {
+			// Hide the shortened TTL from the client, as a buggy server would.
+			var body map[string]any
+			if json.Unmarshal(a.Body, &body) == nil {
+				delete(body, "ttl_ms")
+				a.Body, _ = json.Marshal(body)
+			}
+		}
+		return a, err
+	}
+	return fwd(x)
+}
+
+// phantomRelease acknowledges every other release without applying it.
+type phantomRelease struct{}
+
+var phantomCount struct {
+	sync.Mutex
+	n int
+}
+
+func (phantomRelease) Handle(x Exchange, fwd func(Exchange) (Answer, error)) (Answer, error) {
+	if x.Path == "/v1/locks/release" {
+		phantomCount.Lock()
+		phantomCount.n++
+		skip := phantomCount.n%2 == 0
+		phantomCount.Unlock()
+		if skip {
+			body := []byte(`{"released":true}` + "\n")
+			return Answer{http.StatusOK, http.Header{"Content-Type": {"application/json"}}, body}, nil
+		}
+	}
+	return fwd(x)
+}

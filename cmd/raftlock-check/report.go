@@ -1,0 +1,181 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/faults"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
+)
+
+// property is one line of the verdict.
+type property struct {
+	id, name   string
+	violations []model.Violation
+	note       string
+	unknown    bool // the check could not decide (porcupine timed out)
+}
+
+type report struct {
+	ops        []history.Op
+	props      []property
+	regs       model.RegisterReport
+	killToAcq  []time.Duration
+	lin        []model.LinResult
+	visualised []string
+	checkTime  time.Duration
+}
+
+func (r *runner) failed() bool {
+	for _, p := range r.rep.props {
+		if len(p.violations) > 0 || p.unknown {
+			return true
+		}
+	}
+	return false
+}
+
+// check merges the journals and checks every property.
+func (r *runner) check() error {
+	t0 := time.Now()
+	entries, err := history.ReadDir(filepath.Join(r.dir, "journal"))
+	if err != nil {
+		return err
+	}
+	ops := history.Pair(entries)
+	rep := &r.rep
+	rep.ops = ops
+	log := r.reg.Log()
+	if b, err := json.Marshal(log); err == nil {
+		os.WriteFile(filepath.Join(r.dir, "registers.json"), b, 0o644)
+	}
+	rep.regs = model.Registers(log, ops)
+	dviol := append(append([]model.Violation(nil), r.finalErrs...), model.FinalState(r.nodes, r.epilogue, ops)...)
+	rep.props = []property{
+		{id: "a", name: "mutual exclusion of valid leases", violations: model.MutualExclusion(ops, r.cfg.drift)},
+		{id: "b", name: "fencing tokens increase; retries keep them", violations: model.Tokens(ops)},
+		{id: "c", name: "fenced register safe, unfenced loses writes", violations: rep.regs.Violations},
+		{id: "d", name: "acknowledged ops in every node's final state", violations: dviol},
+	}
+	rep.lin = model.Linearizable(ops, r.cfg.linTimeout)
+	e := property{id: "e", name: "linearizable (porcupine, lease-lock model)"}
+	m := model.Model()
+	var notes []string
+	for _, l := range rep.lin {
+		notes = append(notes, fmt.Sprintf("%s: %d ops %s", l.Name, l.Ops, l.Result))
+		switch l.Result {
+		case porcupine.Illegal:
+			e.violations = append(e.violations, model.Violation{Property: "e", Detail: fmt.Sprintf("history of lock %q is not linearizable", l.Name)})
+		case porcupine.Unknown:
+			e.unknown = true
+		}
+		if l.Result != porcupine.Ok {
+			p := filepath.Join(r.dir, "porcupine-"+strings.ReplaceAll(l.Name, "/", "_")+".html")
+			if err := porcupine.VisualizePath(m, l.Info, p); err == nil {
+				rep.visualised = append(rep.visualised, p)
+			}
+		}
+	}
+	e.note = strings.Join(notes, "; ")
+	rep.props = append(rep.props, e)
+	for _, f := range r.faults {
+		if f.Kind != faults.LeaderKill || f.Err != "" {
+			continue
+		}
+		best := int64(-1)
+		for _, o := range ops {
+			if o.Kind == history.Acquire && o.Outcome == history.OK && o.Call >= f.Start && (best < 0 || o.Return < best) {
+				best = o.Return
+			}
+		}
+		if best > 0 {
+			rep.killToAcq = append(rep.killToAcq, time.Duration(best-f.Start))
+		}
+	}
+	rep.checkTime = time.Since(t0)
+	return nil
+}
+
+func (rep *report) print(r *runner) {
+	w := r.out
+	fmt.Fprintf(w, "\n==== raftlock-check report (seed %d, duration %v)\n", r.cfg.seed, r.cfg.duration)
+	kinds := []string{history.Acquire, history.Renew, history.Release, history.Read, history.FRead, history.FWrite, history.URead, history.UWrite}
+	counts := map[string]map[string]int{}
+	for _, o := range rep.ops {
+		if counts[o.Kind] == nil {
+			counts[o.Kind] = map[string]int{}
+		}
+		counts[o.Kind][o.Outcome]++
+	}
+	fmt.Fprintf(w, "operations by outcome (%d in all):\n", len(rep.ops))
+	for _, k := range kinds {
+		var parts []string
+		var outs []string
+		for o := range counts[k] {
+			outs = append(outs, o)
+		}
+		sort.Strings(outs)
+		total := 0
+		for _, o := range outs {
+			parts = append(parts, fmt.Sprintf("%s %d", o, counts[k][o]))
+			total += counts[k][o]
+		}
+		fmt.Fprintf(w, "  %-8s %6d  %s\n", k, total, strings.Join(parts, ", "))
+	}
+	byKind := map[string]int{}
+	for _, f := range r.faults {
+		byKind[f.Kind]++
+	}
+	fmt.Fprintf(w, "faults injected (%d): %v\n", len(r.faults), byKind)
+	for _, f := range r.faults {
+		fmt.Fprintf(w, "  %s\n", f)
+	}
+	for _, s := range r.notReady {
+		fmt.Fprintf(w, "  LIVENESS: %s\n", s)
+	}
+	if d := rep.killToAcq; len(d) > 0 {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		fmt.Fprintf(w, "leader kill -> next successful acquire: median %v, worst %v (%d kills)\n",
+			d[len(d)/2].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond), len(d))
+	} else {
+		fmt.Fprintf(w, "leader kill -> next successful acquire: no leader kills measured\n")
+	}
+	fmt.Fprintf(w, "registers: fenced %d writes accepted, %d refused (stale token); unfenced %d writes, %d lost\n",
+		rep.regs.FencedAccepted, rep.regs.FencedRejected, rep.regs.UnfencedWrites, rep.regs.UnfencedLost)
+	fmt.Fprintf(w, "checking took %v\nproperties:\n", rep.checkTime.Round(time.Millisecond))
+	for _, p := range rep.props {
+		verdict := "PASS"
+		switch {
+		case len(p.violations) > 0:
+			verdict = fmt.Sprintf("FAIL (%d)", len(p.violations))
+		case p.unknown:
+			verdict = "UNDECIDED (porcupine timed out)"
+		}
+		fmt.Fprintf(w, "  (%s) %-48s %s\n", p.id, p.name, verdict)
+		if p.note != "" {
+			fmt.Fprintf(w, "      %s\n", p.note)
+		}
+		for i, v := range p.violations {
+			if i == 10 {
+				fmt.Fprintf(w, "      … %d more\n", len(p.violations)-10)
+				break
+			}
+			fmt.Fprintf(w, "      %s\n", v.Detail)
+		}
+	}
+	for _, v := range rep.visualised {
+		fmt.Fprintf(w, "porcupine visualisation: %s\n", v)
+	}
+	if r.failed() {
+		fmt.Fprintf(w, "RESULT: FAIL — journal, register log and node logs kept in %s\n", r.dir)
+	} else {
+		fmt.Fprintf(w, "RESULT: PASS\n")
+	}
+}

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/faults"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/proxy"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/register"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/workload"
+)
+
+// config is what the run flags say.
+type config struct {
+	duration   time.Duration
+	seed       int64
+	bin        string
+	clients    int
+	locks      int
+	out        string
+	keep       bool
+	drift      float64
+	linTimeout time.Duration
+	calmMin    time.Duration
+	calmMax    time.Duration
+	faults     []string
+	seededBug  string
+}
+
+func parseRun(args []string, stderr io.Writer) (config, error) {
+	var c config
+	var faultList string
+	fs := flag.NewFlagSet("raftlock-check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&c.duration, "duration", 2*time.Minute, "how long the workload and faults run")
+	fs.Int64Var(&c.seed, "seed", 0, "random seed (0: from the clock); printed at start so a run can be replayed")
+	fs.StringVar(&c.bin, "raftlock-bin", "", "raftlock binary (default: go build ./cmd/raftlock into the run dir)")
+	fs.IntVar(&c.clients, "clients", 6, "workload client processes (5-8)")
+	fs.IntVar(&c.locks, "locks", 3, "lock names")
+	fs.StringVar(&c.out, "out", "", "run directory (default: a new temporary dir)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the run directory even when every property holds")
+	fs.Float64Var(&c.drift, "drift", 0.02, "clock rate drift a client allows for in (a)")
+	fs.DurationVar(&c.linTimeout, "lin-timeout", 3*time.Minute, "porcupine time limit per lock")
+	fs.DurationVar(&c.calmMin, "calm-min", 2*time.Second, "shortest calm period between faults")
+	fs.DurationVar(&c.calmMax, "calm-max", 5*time.Second, "longest calm period between faults")
+	fs.StringVar(&faultList, "faults", strings.Join(faults.All, ","), "faults to cycle through")
+	fs.StringVar(&c.seededBug, "seeded-bug", os.Getenv("RAFTLOCK_SEEDED_BUG"), "seeded bug (test builds only; env RAFTLOCK_SEEDED_BUG)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.seed == 0 {
+		c.seed = time.Now().UnixNano() % 1_000_000_000
+	}
+	if faultList != "" {
+		c.faults = strings.Split(faultList, ",")
+	}
+	if c.clients < 1 || c.locks < 1 || c.calmMax < c.calmMin {
+		return c, fmt.Errorf("bad --clients, --locks or calm periods")
+	}
+	return c, nil
+}
+
+func runMain(args []string) int {
+	cfg, err := parseRun(args, os.Stderr)
+	if err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "raftlock-check:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	r, err := run(ctx, cfg, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "raftlock-check:", err)
+		if r != nil {
+			fmt.Fprintln(os.Stderr, "raftlock-check: run directory kept:", r.dir)
+		}
+		return 2
+	}
+	if r.failed() {
+		return 1
+	}
+	return 0
+}
+
+// runner is one run.
+type runner struct {
+	cfg     config
+	dir     string
+	out     io.Writer
+	c       *cluster.Cluster
+	reg     *register.Server
+	proxies []*proxy.Proxy
+	mu      sync.Mutex
+	clients map[string]*exec.Cmd // owner -> process
+	faults  []faults.Fault
+	start   int64
+
+	epilogue  []model.Expect
+	finalErrs []model.Violation
+	nodes     []model.NodeState
+	notReady  []string
+	rep       report
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.out, "%7.2fs  %s\n", time.Duration(history.Now()-r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, cfg config, out io.Writer) (*runner, error) {
+	r := &runner{cfg: cfg, out: out, clients: map[string]*exec.Cmd{}, start: history.Now()}
+	var err error
+	if cfg.out == "" {
+		r.dir, err = os.MkdirTemp("", fmt.Sprintf("raftlock-check-%d-", cfg.seed))
+	} else {
+		r.dir = cfg.out
+		err = os.MkdirAll(r.dir, 0o755)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "raftlock-check: seed %d, duration %v, %d clients, %d locks, run dir %s\n", cfg.seed, cfg.duration, cfg.clients, cfg.locks, r.dir)
+	if cfg.seededBug != "" {
+		fmt.Fprintf(out, "raftlock-check: SEEDED BUG %q (test build)\n", cfg.seededBug)
+	}
+	for _, d := range []string{"journal", "logs"} {
+		if err := os.MkdirAll(filepath.Join(r.dir, d), 0o755); err != nil {
+			return r, err
+		}
+	}
+	if err := r.setup(); err != nil {
+		r.teardown()
+		return r, err
+	}
+	r.workload(ctx)
+	r.finish(ctx)
+	r.teardown()
+	if err := r.check(); err != nil {
+		return r, err
+	}
+	r.rep.print(r)
+	if !r.failed() && !cfg.keep {
+		os.RemoveAll(r.dir)
+	}
+	return r, nil
+}
+
+func (r *runner) setup() error {
+	bin := r.cfg.bin
+	if bin == "" {
+		bin = filepath.Join(r.dir, "raftlock")
+		cmd := exec.Command("go", "build", "-o", bin, "github.com/raftlock/raftlock/cmd/raftlock")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building raftlock: %w", err)
+		}
+	}
+	extra := []string{"--election-timeout", "500ms", "--heartbeat-timeout", "500ms",
+		"--snapshot-threshold", "64", "--trailing-logs", "16"}
+	help, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
+	if strings.Contains(string(help), "snapshot-interval") {
+		extra = append(extra, "--snapshot-interval", "1s")
+	}
+	var err error
+	r.c, err = cluster.Start(cluster.Options{Bin: bin, Dir: filepath.Join(r.dir, "logs"), Extra: extra})
+	if err != nil {
+		return fmt.Errorf("starting the cluster: %w", err)
+	}
+	r.reg = register.New()
+	regURL, err := r.reg.Start()
+	if err != nil {
+		return err
+	}
+	var urls []string
+	for _, n := range r.c.Nodes {
+		urls = append(urls, n.URL())
+	}
+	if r.cfg.seededBug != "" {
+		bug, err := proxy.Lookup(r.cfg.seededBug)
+		if err != nil {
+			return err
+		}
+		for i, n := range r.c.Nodes {
+			p, err := proxy.Start(n.URL(), bug)
+			if err != nil {
+				return err
+			}
+			r.proxies = append(r.proxies, p)
+			urls[i] = p.URL
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var locks []string
+	for i := 0; i < r.cfg.locks; i++ {
+		locks = append(locks, fmt.Sprintf("jobs/%d", i))
+	}
+	for id := 1; id <= r.cfg.clients; id++ {
+		lf, err := os.Create(filepath.Join(r.dir, "logs", fmt.Sprintf("c%d.log", id)))
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(self, "client", "--id", strconv.Itoa(id), "--nodes", strings.Join(urls, ","),
+			"--register", regURL, "--journal", filepath.Join(r.dir, "journal", fmt.Sprintf("c%d.jsonl", id)),
+			"--locks", strings.Join(locks, ","), "--renew="+strconv.FormatBool(id%2 == 0),
+			"--seed", strconv.FormatInt(r.cfg.seed*100+int64(id), 10))
+		cmd.Stdout, cmd.Stderr = lf, lf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		r.clients[fmt.Sprintf("c%d", id)] = cmd
+	}
+	r.logf("cluster up (%d nodes), %d clients started", len(r.c.Nodes), r.cfg.clients)
+	return nil
+}
+
+// workload lets the clients run for the duration, injecting faults one at a
+// time with calm periods between.
+func (r *runner) workload(ctx context.Context) {
+	rnd := rand.New(rand.NewSource(r.cfg.seed))
+	inj := &faults.Injector{C: r.c, Rnd: rnd, TTL: 2 * time.Second, Logf: r.logf,
+		Clients: func(owner string) (int, bool) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if c, ok := r.clients[owner]; ok {
+				return c.Process.Pid, true
+			}
+			return 0, false
+		}}
+	end := time.Now().Add(r.cfg.duration)
+	sleep := func(d time.Duration) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+	calm := func() time.Duration {
+		return r.cfg.calmMin + time.Duration(rnd.Int63n(int64(r.cfg.calmMax-r.cfg.calmMin)+1))
+	}
+	sleep(calm())
+	for i := rnd.Intn(max(1, len(r.cfg.faults))); len(r.cfg.faults) > 0 && ctx.Err() == nil && time.Until(end) > 12*time.Second; i++ {
+		kind := r.cfg.faults[i%len(r.cfg.faults)]
+		f := inj.Inject(ctx, kind)
+		r.faults = append(r.faults, f)
+		r.logf("fault %s", f)
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if _, err := r.c.WaitReady(rctx); err != nil {
+			r.notReady = append(r.notReady, fmt.Sprintf("after %s: %v", f.Kind, err))
+			r.logf("cluster not ready 30s after %s: %v", f.Kind, err)
+		}
+		cancel()
+		sleep(calm())
+	}
+	sleep(time.Until(end))
+}
+
+// finish stops the clients, heals the cluster, makes the closing
+// acknowledged operations of (d) and reads every node's final state.
+func (r *runner) finish(ctx context.Context) {
+	r.mu.Lock()
+	for _, c := range r.clients {
+		c.Process.Signal(syscall.SIGCONT)
+		c.Process.Signal(syscall.SIGTERM)
+	}
+	r.mu.Unlock()
+	for _, c := range r.clients {
+		done := make(chan struct{})
+		go func() { c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			c.Process.Kill()
+			<-done
+		}
+	}
+	r.logf("workload stopped")
+	for _, n := range r.c.Nodes {
+		if !n.Running() {
+			n.Start()
+		}
+		n.Resume()
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := r.c.WaitReady(rctx); err != nil {
+		r.finalErrs = append(r.finalErrs, model.Violation{Property: "d", Detail: "cluster not ready for the final check: " + err.Error()})
+		return
+	}
+	j, err := history.Create(filepath.Join(r.dir, "journal", "c0.jsonl"))
+	if err != nil {
+		r.finalErrs = append(r.finalErrs, model.Violation{Property: "d", Detail: err.Error()})
+		return
+	}
+	defer j.Close()
+	var urls []string
+	for _, n := range r.c.Nodes {
+		urls = append(urls, n.URL())
+	}
+	cl := workload.New(workload.Config{ID: 0, Nodes: urls, Timeout: 20 * time.Second, Journal: j, Seed: r.cfg.seed})
+	for i := 0; i < r.cfg.locks; i++ {
+		name := fmt.Sprintf("jobs/%d", i)
+		lease := fmt.Sprintf("final-%02d-%012d", i, r.cfg.seed)
+		var got history.Entry
+		for try := 0; try < 5 && got.Outcome != history.OK; try++ {
+			got = cl.Call(history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTL: 60000}, "/v1/locks/acquire",
+				map[string]any{"name": name, "owner": "final", "ttl_ms": 60000, "lease_id": lease, "wait_ms": 15000})
+		}
+		if got.Outcome != history.OK {
+			r.finalErrs = append(r.finalErrs, model.Violation{Property: "d", Detail: fmt.Sprintf("final acquire of %q: %s %s", name, got.Outcome, got.Err)})
+			continue
+		}
+		tok := got.Token
+		rn := cl.Call(history.Entry{Op: history.Renew, Name: name, Lease: lease, TTL: 45000}, "/v1/locks/renew",
+			map[string]any{"name": name, "lease_id": lease, "ttl_ms": 45000})
+		if rn.Outcome != history.OK {
+			r.finalErrs = append(r.finalErrs, model.Violation{Property: "d", Detail: fmt.Sprintf("final renew of %q: %s %s", name, rn.Outcome, rn.Err)})
+			continue
+		}
+		if i%2 == 1 {
+			rl := cl.Call(history.Entry{Op: history.Release, Name: name, Lease: lease}, "/v1/locks/release",
+				map[string]any{"name": name, "lease_id": lease})
+			if rl.Outcome != history.OK {
+				r.finalErrs = append(r.finalErrs, model.Violation{Property: "d", Detail: fmt.Sprintf("final release of %q: %s %s", name, rl.Outcome, rl.Err)})
+				continue
+			}
+			r.epilogue = append(r.epilogue, model.Expect{Name: name})
+		} else {
+			r.epilogue = append(r.epilogue, model.Expect{Name: name, Held: true, Owner: "final", Token: tok, TTLMs: 45000})
+		}
+	}
+	r.nodes = r.readFinal(rctx)
+	r.logf("final state read from %d nodes", len(r.nodes))
+}
+
+// readFinal waits until every node has applied what the leader committed,
+// then reads each node's own state.
+func (r *runner) readFinal(ctx context.Context) []model.NodeState {
+	var target uint64
+	if l, err := r.c.Leader(ctx); err == nil {
+		if i, err := r.c.Info(ctx, l); err == nil {
+			target = i.CommitIndex
+		}
+	}
+	var out []model.NodeState
+	for _, n := range r.c.Nodes {
+		ns := model.NodeState{ID: n.ID}
+		for {
+			i, err := r.c.Info(ctx, n)
+			if err == nil && i.AppliedIndex >= target {
+				ns.Applied = i.AppliedIndex
+				break
+			}
+			if ctx.Err() != nil {
+				ns.Err = fmt.Sprintf("did not apply up to %d: %v", target, err)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if ns.Err == "" {
+			var l struct {
+				Locks []model.LockView `json:"locks"`
+			}
+			if err := r.c.Get(ctx, n, "/v1/locks?prefix=&stale=true&limit=10000", &l); err != nil {
+				ns.Err = err.Error()
+			}
+			ns.Locks = l.Locks
+		}
+		out = append(out, ns)
+	}
+	return out
+}
+
+func (r *runner) teardown() {
+	r.mu.Lock()
+	for _, c := range r.clients {
+		c.Process.Kill()
+	}
+	r.mu.Unlock()
+	for _, p := range r.proxies {
+		p.Close()
+	}
+	if r.c != nil {
+		for _, n := range r.c.Nodes {
+			n.Terminate()
+		}
+	}
+	if r.reg != nil {
+		r.reg.Close()
+	}
+}
