@@ -142,8 +142,12 @@ func (rep *report) print(r *runner) {
 	}
 	if d := rep.killToAcq; len(d) > 0 {
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		med := d[len(d)/2]
+		if len(d)%2 == 0 {
+			med = (d[len(d)/2-1] + d[len(d)/2]) / 2
+		}
 		fmt.Fprintf(w, "leader kill -> next successful acquire: median %v, worst %v (%d kills)\n",
-			d[len(d)/2].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond), len(d))
+			med.Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond), len(d))
 	} else {
 		fmt.Fprintf(w, "leader kill -> next successful acquire: no leader kills measured\n")
 	}

@@ -40,6 +40,7 @@ type config struct {
 	calmMax    time.Duration
 	faults     []string
 	seededBug  string
+	snapWait   time.Duration
 }
 
 func parseRun(args []string, stderr io.Writer) (config, error) {
@@ -58,6 +59,7 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.linTimeout, "lin-timeout", 3*time.Minute, "porcupine time limit per lock")
 	fs.DurationVar(&c.calmMin, "calm-min", 2*time.Second, "shortest calm period between faults")
 	fs.DurationVar(&c.calmMax, "calm-max", 5*time.Second, "longest calm period between faults")
+	fs.DurationVar(&c.snapWait, "snapshot-wait", 70*time.Second, "keep a killed follower down until the leader snapshots, at most this long (0: 2-5 s)")
 	fs.StringVar(&faultList, "faults", strings.Join(faults.All, ","), "faults to cycle through")
 	fs.StringVar(&c.seededBug, "seeded-bug", os.Getenv("RAFTLOCK_SEEDED_BUG"), "seeded bug (test builds only; env RAFTLOCK_SEEDED_BUG)")
 	if err := fs.Parse(args); err != nil {
@@ -83,6 +85,12 @@ func runMain(args []string) int {
 		}
 		fmt.Fprintln(os.Stderr, "raftlock-check:", err)
 		return 2
+	}
+	if cfg.seededBug != "" {
+		if _, err := proxy.Lookup(cfg.seededBug); err != nil {
+			fmt.Fprintln(os.Stderr, "raftlock-check:", err)
+			return 2
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -112,6 +120,10 @@ type runner struct {
 	clients map[string]*exec.Cmd // owner -> process
 	faults  []faults.Fault
 	start   int64
+	// snapWait is how long a killed follower may stay down waiting for the
+	// leader to snapshot past it (long when the binary snapshots only
+	// every 30-60 s).
+	snapWait time.Duration
 
 	epilogue  []model.Expect
 	finalErrs []model.Violation
@@ -175,8 +187,12 @@ func (r *runner) setup() error {
 	extra := []string{"--election-timeout", "500ms", "--heartbeat-timeout", "500ms",
 		"--snapshot-threshold", "64", "--trailing-logs", "16"}
 	help, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
+	r.snapWait = r.cfg.snapWait
 	if strings.Contains(string(help), "snapshot-interval") {
+		// Snapshots every second: a follower down a few seconds must catch
+		// up by snapshot without a long outage.
 		extra = append(extra, "--snapshot-interval", "1s")
+		r.snapWait = min(r.snapWait, 10*time.Second)
 	}
 	var err error
 	r.c, err = cluster.Start(cluster.Options{Bin: bin, Dir: filepath.Join(r.dir, "logs"), Extra: extra})
@@ -238,7 +254,7 @@ func (r *runner) setup() error {
 // time with calm periods between.
 func (r *runner) workload(ctx context.Context) {
 	rnd := rand.New(rand.NewSource(r.cfg.seed))
-	inj := &faults.Injector{C: r.c, Rnd: rnd, TTL: 2 * time.Second, Logf: r.logf,
+	inj := &faults.Injector{C: r.c, Rnd: rnd, TTL: 2 * time.Second, Logf: r.logf, SnapshotWait: r.snapWait,
 		Clients: func(owner string) (int, bool) {
 			r.mu.Lock()
 			defer r.mu.Unlock()

@@ -54,6 +54,10 @@ type Injector struct {
 	TTL     time.Duration                  // the workload's typical TTL (leader pauses scale with it)
 	Clients func(owner string) (int, bool) // owner -> pid of a workload client
 	Logf    func(format string, args ...any)
+	// SnapshotWait, when positive, keeps a killed follower down until the
+	// leader has taken a new snapshot (compacting its log past the
+	// follower), at most this long, so that it must catch up by snapshot.
+	SnapshotWait time.Duration
 }
 
 func (in *Injector) sleep(ctx context.Context, d time.Duration) {
@@ -123,9 +127,14 @@ func (in *Injector) Inject(ctx context.Context, kind string) Fault {
 			}
 			f.Target = fol.ID
 			before := countInLog(fol.LogPath, "Installed remote snapshot")
+			snaps := countInLog(leader.LogPath, "snapshot complete up to")
 			fol.Kill()
-			down := in.between(2*time.Second, 5*time.Second)
-			in.sleep(ctx, down)
+			t0 := time.Now()
+			in.sleep(ctx, in.between(2*time.Second, 5*time.Second))
+			for time.Since(t0) < in.SnapshotWait && ctx.Err() == nil && countInLog(leader.LogPath, "snapshot complete up to") == snaps {
+				in.sleep(ctx, 200*time.Millisecond)
+			}
+			down := time.Since(t0)
 			if err := fol.Start(); err != nil {
 				return err
 			}

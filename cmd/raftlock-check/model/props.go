@@ -85,8 +85,8 @@ func MutualExclusion(ops []history.Op, drift float64) []Violation {
 		for i := range ivs {
 			iv := &ivs[i]
 			if reach != nil && iv.Start < reach.End && iv.Lease != reach.Lease {
-				vs = append(vs, Violation{"a", fmt.Sprintf("lock %q held by two clients at once for %v: c%d (lease %s, from %s) until %v and c%d (lease %s, from %s) from %v",
-					name, time.Duration(reach.End-iv.Start), reach.Client, reach.Lease, reach.From, reach.End, iv.Client, iv.Lease, iv.From, iv.Start)})
+				vs = append(vs, Violation{"a", fmt.Sprintf("lock %q held by two clients at once for %v: c%d (lease %s, from %s) until t=%.3fs and c%d (lease %s, from %s) from t=%.3fs",
+					name, time.Duration(reach.End-iv.Start), reach.Client, reach.Lease, reach.From, secs(reach.End), iv.Client, iv.Lease, iv.From, secs(iv.Start))})
 			}
 			if reach == nil || iv.End > reach.End {
 				reach = iv
@@ -300,3 +300,6 @@ func FinalState(nodes []NodeState, expect []Expect, ops []history.Op) []Violatio
 
 // MaxTime is the return time of an operation that never returned.
 const MaxTime = math.MaxInt64
+
+// secs shows a CLOCK_MONOTONIC reading in seconds, as the journal has it.
+func secs(t int64) float64 { return float64(t) / 1e9 }
