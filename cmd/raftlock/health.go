@@ -1,55 +1,98 @@
 package main
 
 import (
+	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/raftlock/raftlock/client"
 )
 
-// health is `raftlock health --addr URL`: exit 0 when the node at URL answers
-// /readyz with 200 (a leader is known and the node has caught up), 1 otherwise.
-// It exists for container healthchecks, where the FROM scratch image has no
-// curl; it is left out of the usage text until the full CLI documents it.
-func health(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("addr", "http://127.0.0.1:8001", "node HTTP URL")
-	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
-	live := fs.Bool("live", false, "check /healthz (the process serves) instead of /readyz")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+const healthHelp = `Usage: raftlock health [flags]
+
+Asks each node given whether it is ready (GET /readyz: a leader is known and
+the node has applied the log up to the leader's commit index), or with --live
+only whether the process serves (GET /healthz). Each node is asked once, with
+no retries. Exits 0 when every node answers 200, 1 otherwise (2 on bad
+flags): usable as a container healthcheck, since the image has no curl.
+
+Examples:
+  raftlock health                                    # the node on 127.0.0.1:8001
+  raftlock health --live --addr http://127.0.0.1:8001
+  raftlock health --endpoints http://10.0.0.1:8001,http://10.0.0.2:8001
+`
+
+// healthCmd keeps the flags of the first, minimal health command that the
+// Dockerfile and docker-compose.yml call (--addr, --timeout, --live; /readyz
+// by default), so those healthchecks keep their meaning.
+func healthCmd(args []string, stdout, stderr io.Writer, environ env) int {
+	c := newCLI("health", healthHelp, stdout, stderr)
+	c.conn = addConnFlags(c.fs, 2*time.Second, true)
+	addr := c.fs.String("addr", "", "node URL to check; same as --endpoints with one node")
+	live := c.fs.Bool("live", false, "check /healthz (the process serves) instead of /readyz")
+	ready := c.fs.Bool("ready", false, "check /readyz (the default)")
+	if _, code, ok := c.parse(args, environ, 0, 0); !ok {
+		return code
 	}
-	if err := applyEnv(fs, os.Getenv); err != nil {
-		fmt.Fprintf(stderr, "raftlock health: %v\n", err)
-		return exitUsage
+	if *live && *ready {
+		return c.usageError(errors.New("--live and --ready exclude each other"))
 	}
-	path := "/readyz"
+	switch {
+	case c.given["addr"] && c.given["endpoints"]:
+		return c.usageError(errors.New("--addr and --endpoints exclude each other"))
+	case c.given["addr"]:
+		c.conn.endpoints = *addr
+	case !c.given["endpoints"] && *addr != "" && c.conn.endpoints == defaultEndpoint:
+		c.conn.endpoints = *addr // RAFTLOCK_ADDR
+	}
+	cl, code, ok := c.client()
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	path, check := "/readyz", cl.Ready
 	if *live {
-		path = "/healthz"
+		path, check = "/healthz", cl.Health
 	}
-	url := strings.TrimRight(*addr, "/")
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
+	type result struct {
+		Endpoint string `json:"endpoint"`
+		OK       bool   `json:"ok"`
+		Error    string `json:"error,omitempty"`
 	}
-	resp, err := (&http.Client{Timeout: *timeout}).Get(url + path)
-	if err != nil {
-		fmt.Fprintf(stderr, "raftlock health: %v\n", err)
-		return exitError
+	var results []result
+	code = exitOK
+	for _, ep := range c.conn.endpointList() {
+		ctx, cancel := c.conn.ctx()
+		err := check(ctx, ep)
+		cancel()
+		r := result{Endpoint: strings.TrimRight(ep, "/") + path, OK: err == nil}
+		if err != nil {
+			code = exitError
+			r.Error = healthError(err)
+			fmt.Fprintf(stderr, "raftlock health: %s: %s\n", r.Endpoint, r.Error)
+		} else if !c.conn.json {
+			fmt.Fprintf(stdout, "%s: ok\n", r.Endpoint)
+		}
+		results = append(results, r)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "raftlock health: %s%s: %s %s\n", url, path, resp.Status, strings.TrimSpace(string(body)))
-		return exitError
+	if c.conn.json {
+		c.printJSON(map[string]any{"ok": code == exitOK, "nodes": results})
 	}
-	fmt.Fprintf(stdout, "%s%s: ok (node %s, leader %s)\n", url, path, resp.Header.Get("X-Raftlock-Node"), resp.Header.Get("X-Raftlock-Leader"))
-	return exitOK
+	return code
+}
+
+// healthError says why a probe failed, in a few words.
+func healthError(err error) string {
+	var apiErr *client.APIError
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusServiceUnavailable && apiErr.Code == "" {
+		return "not ready (HTTP 503: no leader known, or not caught up with the log)"
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "no answer in time"
+	}
+	return strings.ReplaceAll(err.Error(), "raftlock: ", "")
 }

@@ -1,5 +1,8 @@
 // Command raftlock runs a raftlock node (`raftlock serve`) and talks to a
-// cluster from the shell.
+// cluster from the shell: take, renew, release and inspect locks, run a
+// command while holding one (`raftlock exec`), manage membership and check
+// health. Each command is a function of its arguments, output streams and
+// environment that returns the exit code; only main calls os.Exit.
 package main
 
 import (
@@ -8,39 +11,83 @@ import (
 	"os"
 )
 
+// Exit codes shared by every command. The usage text below is their
+// documentation; keep both in step.
+const (
+	exitOK          = 0
+	exitError       = 1 // anything not below
+	exitUsage       = 2 // bad flags or arguments, or a request the server calls bad_request
+	exitHeld        = 3 // the lock is held by another lease
+	exitNotHolder   = 4 // the lease does not hold the lock (exec: the lease was lost)
+	exitUnavailable = 5 // no leader, overloaded, or no node answered within --timeout
+)
+
 const usage = `raftlock: a distributed lock service with Raft-replicated leases and fencing tokens.
 
 Usage:
-  raftlock serve [flags]        run a node (raftlock serve --dev for one local node)
+  raftlock serve [flags]                run a node (raftlock serve --dev for one local node)
+  raftlock acquire [flags] NAME         take a lock; prints its fencing token and lease id
+  raftlock renew --lease-id ID NAME     renew a lease taken with acquire
+  raftlock release --lease-id ID NAME   release it
+  raftlock get [--stale] NAME           who holds a lock
+  raftlock list [PREFIX]                held locks
+  raftlock exec [flags] NAME -- CMD...  run CMD while holding the lock, then release it
+  raftlock cluster status|join|leave|transfer
+  raftlock health [--live]              exit 0 if the node is ready (container healthchecks)
 
-Run 'raftlock <command> --help' for a command's flags.
+Every command takes --endpoints (or RAFTLOCK_ENDPOINTS; comma-separated node
+URLs, any node will do; default http://127.0.0.1:8001), --timeout and, where
+it prints something, --json. Every flag also reads RAFTLOCK_<FLAG> from the
+environment; the command line wins.
+
+Exit codes:
+  0  success
+  1  any other error
+  2  usage: bad flags or arguments (also a request the server rejects as bad_request)
+  3  held: another lease holds the lock
+  4  not holder: the lease does not hold the lock (expired, released);
+     exec: the lease was lost while the command ran, and the command was stopped
+  5  unavailable: no leader, overloaded, or no node answered within --timeout
+  exec otherwise exits with the command's own code (128+N if signal N ended it,
+  126 if it could not be run, 127 if it was not found); health exits 0 or 1.
+
+Example:
+  raftlock exec --ttl 10s orders/89041 -- ./charge.sh 89041
+
+Run 'raftlock <command> --help' for a command's flags and examples.
 `
 
-func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+// commands is the dispatch table.
+var commands = map[string]command{
+	"serve":   func(args []string, _, stderr io.Writer, _ env) int { return serve(args, stderr) },
+	"acquire": acquireCmd,
+	"renew":   renewCmd,
+	"release": releaseCmd,
+	"get":     getCmd,
+	"list":    listCmd,
+	"exec":    execCmd,
+	"cluster": clusterCmd,
+	"health":  healthCmd,
 }
 
-// Exit codes shared by every command.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
-)
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, os.Environ()))
+}
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer, environ env) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
 	switch args[0] {
-	case "serve":
-		return serve(args[1:], stderr)
-	case "health":
-		return health(args[1:], stdout, stderr)
-	case "help", "-h", "--help":
+	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "raftlock: unknown command %q\n\n%s", args[0], usage)
-	return exitUsage
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "raftlock: unknown command %q (see raftlock --help)\n", args[0])
+		return exitUsage
+	}
+	return cmd(args[1:], stdout, stderr, environ)
 }

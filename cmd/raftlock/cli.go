@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/raftlock/raftlock/client"
+)
+
+// defaultEndpoint is where the CLI looks for a cluster when neither
+// --endpoints nor RAFTLOCK_ENDPOINTS says.
+const defaultEndpoint = "http://127.0.0.1:8001"
+
+// env is a command's environment as KEY=VALUE entries (os.Environ()).
+type env []string
+
+// get returns the value of key; the last entry wins, as in os/exec.
+func (e env) get(key string) string {
+	for i := len(e) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(e[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// command is one CLI command: it runs with its arguments, output streams and
+// environment, and returns the process's exit code.
+type command func(args []string, stdout, stderr io.Writer, environ env) int
+
+// conn holds the flags every command that talks to the cluster has.
+type conn struct {
+	endpoints string
+	timeout   time.Duration
+	json      bool
+}
+
+func addConnFlags(fs *flag.FlagSet, timeout time.Duration, withJSON bool) *conn {
+	c := &conn{}
+	fs.StringVar(&c.endpoints, "endpoints", defaultEndpoint, "comma-separated node URLs; any node of the cluster will do")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "give up after this long (the cluster unreachable or without a leader: exit 5)")
+	if withJSON {
+		fs.BoolVar(&c.json, "json", false, "print JSON (the API's shapes) instead of text")
+	}
+	return c
+}
+
+func (c *conn) endpointList() []string {
+	var eps []string
+	for _, ep := range strings.Split(c.endpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			eps = append(eps, ep)
+		}
+	}
+	return eps
+}
+
+// client returns a client for the endpoints; an error is a usage error.
+func (c *conn) client() (*client.Client, error) {
+	if c.timeout <= 0 {
+		return nil, errors.New("--timeout must be positive")
+	}
+	return client.New(c.endpointList(), client.WithRequestTimeout(c.timeout))
+}
+
+// ctx bounds a command's calls by --timeout.
+func (c *conn) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), c.timeout)
+}
+
+// cli is one run of a command: its name, streams and flags, and how it
+// reports failures.
+type cli struct {
+	name           string // "acquire", "cluster join", ...
+	stdout, stderr io.Writer
+	help           string // usage text, printed before the flags
+	fs             *flag.FlagSet
+	conn           *conn           // nil for commands that do not talk to the cluster
+	given          map[string]bool // flags given on the command line (not from the environment)
+	// flagsFirst: flags end at the first positional argument (exec without
+	// "--", where the command's own flags follow NAME).
+	flagsFirst bool
+}
+
+func newCLI(name, help string, stdout, stderr io.Writer) *cli {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parse errors are reported in one line by parse
+	fs.Usage = func() {}
+	return &cli{name: name, help: help, stdout: stdout, stderr: stderr, fs: fs}
+}
+
+// parse parses args, in which flags may come before, between or after the
+// positional arguments (up to a "--"), fills every flag not given from
+// RAFTLOCK_<FLAG> in environ, and checks that there are min to max
+// positional arguments (max < 0: no limit). When it returns ok false, the
+// command exits with code.
+func (c *cli) parse(args []string, environ env, min, max int) (pos []string, code int, ok bool) {
+	var err error
+	if c.flagsFirst {
+		if err = c.fs.Parse(args); err == nil {
+			pos = c.fs.Args()
+		}
+	} else {
+		pos, err = parseInterspersed(c.fs, args)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		c.printHelp()
+		return nil, exitOK, false
+	}
+	if err == nil {
+		c.given = map[string]bool{}
+		c.fs.Visit(func(f *flag.Flag) { c.given[f.Name] = true })
+		err = applyEnv(c.fs, environ.get)
+	}
+	if err == nil {
+		switch {
+		case len(pos) < min:
+			u, _, _ := strings.Cut(strings.TrimPrefix(c.help, "Usage: "), "\n")
+			err = fmt.Errorf("missing arguments: usage: %s", u)
+		case max >= 0 && len(pos) > max:
+			err = fmt.Errorf("unexpected argument %q", pos[max])
+		}
+	}
+	if err != nil {
+		return nil, c.usageError(err), false
+	}
+	return pos, exitOK, true
+}
+
+// parseInterspersed parses flags anywhere in args and returns the
+// positional arguments in order; everything after "--" is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func (c *cli) printHelp() {
+	fmt.Fprint(c.stdout, c.help)
+	fmt.Fprintln(c.stdout, "\nFlags:")
+	c.fs.SetOutput(c.stdout)
+	c.fs.PrintDefaults()
+	c.fs.SetOutput(io.Discard)
+}
+
+// usageError reports a usage error in one line and returns exitUsage.
+func (c *cli) usageError(err error) int {
+	msg := strings.ReplaceAll(err.Error(), "raftlock: ", "")
+	fmt.Fprintf(c.stderr, "raftlock %s: %s (see raftlock %s --help)\n", c.name, msg, c.name)
+	return exitUsage
+}
+
+// client returns the command's client, or reports a usage error.
+func (c *cli) client() (*client.Client, int, bool) {
+	cl, err := c.conn.client()
+	if err != nil {
+		return nil, c.usageError(err), false
+	}
+	return cl, exitOK, true
+}
+
+// fail reports err in one line on stderr (and, with --json, as
+// {"error", "message"} on stdout) and returns its exit code.
+func (c *cli) fail(err error) int {
+	code, kind, msg := classify(err)
+	fmt.Fprintf(c.stderr, "raftlock %s: %s\n", c.name, msg)
+	if c.conn != nil && c.conn.json {
+		out := map[string]any{"error": kind, "message": msg}
+		var held *client.HeldError
+		if errors.As(err, &held) {
+			out["holder"] = map[string]any{"owner": held.Owner, "fencing_token": held.Token}
+		}
+		c.printJSON(out)
+	}
+	return code
+}
+
+func (c *cli) printJSON(v any) {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// classify maps an error of the client to an exit code, a short kind for
+// --json ("held", "not_holder", "unavailable", "bad_request", "error") and a
+// one-line message.
+func classify(err error) (code int, kind, msg string) {
+	detail := strings.ReplaceAll(err.Error(), "raftlock: ", "")
+	var held *client.HeldError
+	var apiErr *client.APIError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &held):
+		return exitHeld, client.CodeHeld, fmt.Sprintf("%s is held by %q (fencing token %d)", held.Name, held.Owner, held.Token)
+	case errors.Is(err, client.ErrHeld):
+		return exitHeld, client.CodeHeld, detail
+	case errors.Is(err, client.ErrNotHolder):
+		return exitNotHolder, client.CodeNotHolder, "not holder: this lease does not hold the lock (it expired, was released, or never held it)"
+	case errors.Is(err, client.ErrLeaseLost):
+		return exitNotHolder, client.CodeNotHolder, detail
+	case errors.Is(err, client.ErrNoLeader) && errors.As(err, &apiErr):
+		return exitUnavailable, "unavailable", "no leader: the cluster is electing one or has lost its quorum (" + apiErr.Message + ")"
+	case errors.Is(err, client.ErrOverloaded):
+		return exitUnavailable, "unavailable", "cluster overloaded: " + detail
+	case errors.As(err, &apiErr) && (apiErr.Code == client.CodeBadRequest || apiErr.Code == client.CodeTooLarge):
+		return exitUsage, client.CodeBadRequest, apiErr.Message
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr), errors.Is(err, os.ErrDeadlineExceeded):
+		if last, ok := strings.CutPrefix(detail, "context deadline exceeded (last error: "); ok {
+			detail = "no answer in time; last error: " + strings.TrimSuffix(last, ")")
+		}
+		return exitUnavailable, "unavailable", "cluster unavailable: " + detail
+	}
+	return exitError, "error", detail
+}
+
+// leaseIDPattern is the API's rule for lease ids; checked here so that a bad
+// one is a usage error before anything is sent.
+var leaseIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
+
+func checkLeaseID(id string) error {
+	if id != "" && !leaseIDPattern.MatchString(id) {
+		return errors.New("--lease-id: must be 16 to 128 characters of [A-Za-z0-9_-]")
+	}
+	return nil
+}
+
+// defaultOwner names this host, so that others see who holds a lock.
+func defaultOwner() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return h
+}
+
+// ms formats a duration as the API does in JSON: whole milliseconds.
+func ms(d time.Duration) int64 { return d.Milliseconds() }

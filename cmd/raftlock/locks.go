@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/raftlock/raftlock/client"
+)
+
+const acquireHelp = `Usage: raftlock acquire [flags] NAME
+
+Takes lock NAME and prints its name, owner, fencing token, lease id and TTL.
+The lease is not renewed after the command exits: renew it with
+'raftlock renew' before the TTL runs out, or release it. To hold a lock while
+a command runs, use 'raftlock exec'. The lease id is the secret that renews
+and releases the lease: keep it out of logs.
+
+Exits 3 when another lease holds the lock (after --wait, if given).
+
+Examples:
+  raftlock acquire --ttl 30s --owner nightly-report reports/daily
+  lease=$(raftlock acquire --json orders/89041 | jq -r .lease_id)
+  raftlock acquire --wait 1m orders/89041     # wait up to a minute for it
+`
+
+const renewHelp = `Usage: raftlock renew --lease-id ID [flags] NAME
+
+Renews the lease ID on lock NAME for another TTL (the lease's own TTL unless
+--ttl is given) and prints the lock. The fencing token stays the same.
+The lease id may come from RAFTLOCK_LEASE_ID instead, which keeps it out of
+the process list.
+
+Exits 4 when that lease no longer holds the lock (it expired or was released).
+
+Example:
+  RAFTLOCK_LEASE_ID=$lease raftlock renew orders/89041
+`
+
+const releaseHelp = `Usage: raftlock release --lease-id ID [flags] NAME
+
+Releases lock NAME held by lease ID. A release never frees another lease's
+lock. The lease id may come from RAFTLOCK_LEASE_ID instead.
+
+Exits 4 when that lease does not hold the lock.
+
+Example:
+  RAFTLOCK_LEASE_ID=$lease raftlock release orders/89041
+`
+
+// acquireFlags are the flags of acquire and exec.
+type acquireFlags struct {
+	ttl, wait, lockDelay time.Duration
+	owner, leaseID       string
+}
+
+func addAcquireFlags(fs *flag.FlagSet) *acquireFlags {
+	a := &acquireFlags{}
+	fs.DurationVar(&a.ttl, "ttl", client.DefaultTTL, "lease time to live, 500ms to 1h")
+	fs.StringVar(&a.owner, "owner", defaultOwner(), "who holds the lock, as others see it")
+	fs.DurationVar(&a.wait, "wait", 0, "wait up to this long while another lease holds the lock (0: fail at once)")
+	fs.DurationVar(&a.lockDelay, "lock-delay", 0, "if the lease expires (not on release), keep the lock from everyone this long")
+	fs.StringVar(&a.leaseID, "lease-id", "", "use this lease id (16-128 chars of [A-Za-z0-9_-]); resending an acquire with it is idempotent")
+	return a
+}
+
+func (a *acquireFlags) check() error {
+	switch {
+	case a.ttl <= 0:
+		return errors.New("--ttl must be positive")
+	case a.wait < 0:
+		return errors.New("--wait must not be negative")
+	case a.lockDelay < 0:
+		return errors.New("--lock-delay must not be negative")
+	}
+	return checkLeaseID(a.leaseID)
+}
+
+// acquire takes the lock: at once (bounded by --timeout) without --wait,
+// else waiting up to --wait.
+// Cancelling parent stops a wait.
+func (a *acquireFlags) acquire(parent context.Context, cl *client.Client, cn *conn, name string) (*client.Lease, error) {
+	opts := client.AcquireOptions{TTL: a.ttl, Owner: a.owner, LockDelay: a.lockDelay, LeaseID: a.leaseID}
+	if a.wait == 0 {
+		ctx, cancel := context.WithTimeout(parent, cn.timeout)
+		defer cancel()
+		return cl.TryAcquire(ctx, name, opts)
+	}
+	opts.Wait = min(a.wait, client.MaxWaitRound)
+	ctx, cancel := context.WithTimeout(parent, a.wait)
+	defer cancel()
+	lease, err := cl.Acquire(ctx, name, opts)
+	if err != nil && !errors.Is(err, client.ErrHeld) && ctx.Err() != nil && parent.Err() == nil {
+		// The server's "held" answer to the last round of waiting can arrive
+		// just after --wait ends, leaving only a deadline error: ask who
+		// holds the lock, so that a held lock still exits 3.
+		gctx, gcancel := context.WithTimeout(parent, cn.timeout)
+		defer gcancel()
+		if info, gerr := cl.Get(gctx, name, false); gerr == nil && info.Held {
+			return nil, &client.HeldError{
+				APIError: client.APIError{Status: http.StatusConflict, Code: client.CodeHeld, Message: "still held after --wait"},
+				Name:     name, Owner: info.Owner, Token: info.Token,
+			}
+		}
+	}
+	return lease, err
+}
+
+type leaseOut struct {
+	Name         string `json:"name"`
+	Owner        string `json:"owner"`
+	LeaseID      string `json:"lease_id"`
+	FencingToken uint64 `json:"fencing_token"`
+	TTLMs        int64  `json:"ttl_ms"`
+}
+
+func acquireCmd(args []string, stdout, stderr io.Writer, environ env) int {
+	c := newCLI("acquire", acquireHelp, stdout, stderr)
+	c.conn = addConnFlags(c.fs, 10*time.Second, true)
+	a := addAcquireFlags(c.fs)
+	pos, code, ok := c.parse(args, environ, 1, 1)
+	if !ok {
+		return code
+	}
+	if err := a.check(); err != nil {
+		return c.usageError(err)
+	}
+	cl, code, ok := c.client()
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	lease, err := a.acquire(context.Background(), cl, c.conn, pos[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	// The lock outlives this process: stop renewing without releasing.
+	lease.Detach()
+	out := leaseOut{Name: lease.Name(), Owner: lease.Owner(), LeaseID: lease.LeaseID(), FencingToken: lease.Token(), TTLMs: ms(lease.TTL())}
+	if c.conn.json {
+		c.printJSON(out)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "name:      %s\nowner:     %s\ntoken:     %d\nlease_id:  %s\nttl:       %s\n",
+		out.Name, out.Owner, out.FencingToken, out.LeaseID, lease.TTL())
+	return exitOK
+}
+
+// leaseIDFlag adds --lease-id for renew and release.
+func leaseIDFlag(fs *flag.FlagSet) *string {
+	return fs.String("lease-id", "", "the lease's id, as acquire printed it (or RAFTLOCK_LEASE_ID)")
+}
+
+func checkGivenLeaseID(id string) error {
+	if id == "" {
+		return errors.New("--lease-id (or RAFTLOCK_LEASE_ID) is required")
+	}
+	return checkLeaseID(id)
+}
+
+func renewCmd(args []string, stdout, stderr io.Writer, environ env) int {
+	c := newCLI("renew", renewHelp, stdout, stderr)
+	c.conn = addConnFlags(c.fs, 10*time.Second, true)
+	id := leaseIDFlag(c.fs)
+	ttl := c.fs.Duration("ttl", 0, "new time to live (0: keep the lease's TTL)")
+	pos, code, ok := c.parse(args, environ, 1, 1)
+	if !ok {
+		return code
+	}
+	if err := checkGivenLeaseID(*id); err != nil {
+		return c.usageError(err)
+	}
+	if *ttl < 0 {
+		return c.usageError(errors.New("--ttl must not be negative"))
+	}
+	cl, code, ok := c.client()
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	ctx, cancel := c.conn.ctx()
+	defer cancel()
+	info, err := cl.Renew(ctx, pos[0], *id, *ttl)
+	if err != nil {
+		return c.fail(err)
+	}
+	printLock(c, info)
+	return exitOK
+}
+
+func releaseCmd(args []string, stdout, stderr io.Writer, environ env) int {
+	c := newCLI("release", releaseHelp, stdout, stderr)
+	c.conn = addConnFlags(c.fs, 10*time.Second, true)
+	id := leaseIDFlag(c.fs)
+	pos, code, ok := c.parse(args, environ, 1, 1)
+	if !ok {
+		return code
+	}
+	if err := checkGivenLeaseID(*id); err != nil {
+		return c.usageError(err)
+	}
+	cl, code, ok := c.client()
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	ctx, cancel := c.conn.ctx()
+	defer cancel()
+	if err := cl.Release(ctx, pos[0], *id); err != nil {
+		return c.fail(err)
+	}
+	if c.conn.json {
+		c.printJSON(map[string]any{"name": pos[0], "released": true})
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "released %s\n", pos[0])
+	return exitOK
+}
