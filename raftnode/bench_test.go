@@ -20,7 +20,7 @@ import (
 //
 //	go test -run=NONE -bench=AcquireRelease -benchtime=5s ./raftnode/
 func BenchmarkAcquireRelease(b *testing.B) {
-	for _, workers := range []int{1, 16} {
+	for _, workers := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			c := raftnodetest.Start(b, 3)
 			url := c.Leader().URL()

@@ -370,3 +370,26 @@ func TestMetricsMoveUnderWorkload(t *testing.T) {
 		return metricValue(t, follower, "raftlock_raft_applied_index") >= applied
 	})
 }
+
+// A restarted node is not ready before it has applied what it held when it
+// went down: readiness must never expose state older than it served before.
+func TestRestartedNodeNotReadyBeforeCatchingUp(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	leader := c.Leader()
+	if status, body := acquire(t, leader, "ready/1", "w", leaseA, 60000); status != 200 {
+		t.Fatalf("acquire: %d %v", status, body)
+	}
+	node := c.Followers()[0]
+	c.WaitApplied(leader.Raft().LastIndex())
+	node.Kill()
+	node.Restart()
+	raftnodetest.WaitFor(t, 15*time.Second, "the restarted node to be ready", func() bool {
+		if !node.Ready() {
+			return false
+		}
+		if !held(node, "ready/1") {
+			t.Fatal("ready before it had applied the lock it held before the restart")
+		}
+		return true
+	})
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/raftlock/raftlock/fsm"
+	"go.etcd.io/bbolt"
 )
 
 // Node is one member of a raftlock cluster.
@@ -38,9 +39,11 @@ type Node struct {
 	// readyTerm is the term in which this node, as leader, finished its
 	// Barrier: only then do its reads see every committed entry.
 	readyTerm atomic.Uint64
-	observers []Observer
-	waiters   *waitQueue
-	metrics   *nodeMetrics
+	// startIndex is the last log index found on disk at start; see Ready.
+	startIndex uint64
+	observers  []Observer
+	waiters    *waitQueue
+	metrics    *nodeMetrics
 
 	httpc    *http.Client
 	stop     chan struct{}
@@ -87,7 +90,14 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 
 func (n *Node) open() error {
 	cfg := n.cfg
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(cfg.DataDir, "raft.db"),
+		BoltOptions: &bbolt.Options{
+			Timeout:        time.Second, // another process holds the data dir: fail, do not hang
+			NoFreelistSync: true,        // as Consul does: less written per commit, rebuilt on open
+			FreelistType:   bbolt.FreelistMapType,
+		},
+	})
 	if err != nil {
 		return fmt.Errorf("open raft store in %s: %w", cfg.DataDir, err)
 	}
@@ -128,7 +138,8 @@ func (n *Node) open() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	if existing {
-		n.log.Info("recovering from data dir", "dir", cfg.DataDir, "last_index", n.raft.LastIndex())
+		n.startIndex = n.raft.LastIndex()
+		n.log.Info("recovering from data dir", "dir", cfg.DataDir, "last_index", n.startIndex)
 		return nil
 	}
 	if len(cfg.Peers) > 0 {
@@ -200,12 +211,16 @@ func (n *Node) WaitForLeader(ctx context.Context) (id, httpAddr string, err erro
 }
 
 // Ready reports whether a leader is known and this node has applied the log
-// up to the commit index it last heard of.
+// up to the commit index it last heard of. A restarted node hears no commit
+// index from heartbeats (its own starts at 0), so it also waits until it has
+// applied what its log held when it started: until then its state is older
+// than what it served before the restart.
 func (n *Node) Ready() bool {
 	if id, _ := n.Leader(); id == "" {
 		return false
 	}
-	return n.raft.AppliedIndex() >= n.raft.CommitIndex()
+	commit, applied := n.raft.CommitIndex(), n.raft.AppliedIndex()
+	return commit > 0 && applied >= commit && applied >= n.startIndex
 }
 
 // Apply proposes one lock command (acquire, renew or release) and returns
