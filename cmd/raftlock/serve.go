@@ -42,6 +42,7 @@ type serveConfig struct {
 	node     raftnode.Config
 	httpAddr string
 	dev      bool
+	tempDir  bool // the data dir is a temporary one --dev made: remove it on exit
 	logLevel string
 	logJSON  bool
 }
@@ -90,7 +91,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 			if err != nil {
 				return c, fmt.Errorf("--dev: temporary data dir: %w", err)
 			}
-			c.node.DataDir = dir
+			c.node.DataDir, c.tempDir = dir, true
 		}
 		if len(c.node.Peers) == 0 && c.node.Join == "" {
 			c.node.Peers = map[string]string{c.node.ID: advertiseOr(c.node.AdvertiseRaft, c.node.RaftAddr)}
@@ -167,7 +168,7 @@ func serve(args []string, stderr io.Writer) int {
 // runNode serves until SIGTERM or SIGINT, then hands leadership over, stops
 // serving and returns nil.
 func runNode(cfg serveConfig, logger hclog.Logger) error {
-	if cfg.dev {
+	if cfg.tempDir {
 		defer os.RemoveAll(cfg.node.DataDir)
 	}
 	ln, err := net.Listen("tcp", cfg.httpAddr)

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"io"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseServe(t *testing.T) {
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	cases := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string
+		check   func(t *testing.T, c serveConfig)
+	}{
+		{name: "full flags", args: []string{"--id", "n1", "--data-dir", "d", "--http-addr", "127.0.0.1:8001", "--raft-addr", "127.0.0.1:9001", "--peers", "n1=127.0.0.1:9001,n2=127.0.0.1:9002"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.node.ID != "n1" || len(c.node.Peers) != 2 || c.node.AdvertiseHTTP != "127.0.0.1:8001" || c.tempDir {
+					t.Errorf("%+v", c)
+				}
+			}},
+		{name: "environment fills what flags leave out", args: []string{"--id", "flag"}, env: map[string]string{"RAFTLOCK_ID": "env", "RAFTLOCK_DATA_DIR": "envdir"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.node.ID != "flag" || c.node.DataDir != "envdir" {
+					t.Errorf("flag must win, env must fill: %+v", c.node)
+				}
+			}},
+		{name: "dev with a data dir keeps it", args: []string{"--dev", "--data-dir", "mine"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.tempDir || c.node.DataDir != "mine" || c.node.Peers["dev"] == "" {
+					t.Errorf("%+v", c)
+				}
+			}},
+		{name: "dev makes a temporary dir", args: []string{"--dev"},
+			check: func(t *testing.T, c serveConfig) {
+				defer os.RemoveAll(c.node.DataDir)
+				if !c.tempDir || c.node.DataDir == "" {
+					t.Errorf("%+v", c)
+				}
+			}},
+		{name: "missing id", args: []string{"--data-dir", "d"}, wantErr: "--id is required"},
+		{name: "missing data dir", args: []string{"--id", "n1"}, wantErr: "--data-dir is required"},
+		{name: "bad peers", args: []string{"--id", "n1", "--data-dir", "d", "--peers", "n1:9001"}, wantErr: "--peers"},
+		{name: "duplicate peer", args: []string{"--id", "n1", "--data-dir", "d", "--peers", "n1=a:1,n1=b:2"}, wantErr: "twice"},
+		{name: "peers and join", args: []string{"--id", "n1", "--data-dir", "d", "--peers", "n1=a:1", "--join", "http://x"}, wantErr: "exclude"},
+		{name: "undialable advertise", args: []string{"--id", "n1", "--data-dir", "d", "--http-addr", "0.0.0.0:8001"}, wantErr: "--advertise-http"},
+		{name: "bad env value", args: []string{"--id", "n1", "--data-dir", "d"}, env: map[string]string{"RAFTLOCK_ELECTION_TIMEOUT": "soon"}, wantErr: "RAFTLOCK_ELECTION_TIMEOUT"},
+		{name: "bad log level", args: []string{"--id", "n1", "--data-dir", "d", "--log-level", "loud"}, wantErr: "--log-level"},
+		{name: "stray argument", args: []string{"--id", "n1", "extra"}, wantErr: "unexpected argument"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseServe(tc.args, env(tc.env), io.Discard)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
