@@ -24,7 +24,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			c := raftnodetest.Start(b, 3)
 			url := c.Leader().URL()
-			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+			client := &http.Client{Transport: &http.Transport{MaxIdleConns: workers, MaxIdleConnsPerHost: workers}}
 			var acq, rel latencies
 			var next atomic.Int64
 			b.ResetTimer()

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"crypto/tls"
 	"net"
 	"time"
 
@@ -17,6 +18,17 @@ type Config struct {
 	AdvertiseHTTP string            // HTTP address other nodes forward to
 	Peers         map[string]string // initial voters id -> Raft address; used only on a fresh data dir
 	Join          string            // HTTP URL of a running node to join through, fresh data dir only
+
+	// RaftTLS, when set, makes Raft traffic mutual TLS: the same config
+	// serves accepted connections (ClientCAs, ClientAuth) and dials peers
+	// (RootCAs, Certificates), as tlsconfig.Bundle.Peer builds it.
+	RaftTLS *tls.Config
+	// APITLS, when set, is the client config for this node's own calls to
+	// other nodes' HTTP API (join and announce), which then use https.
+	APITLS *tls.Config
+	// APIToken is the bearer token (an admin one) for those calls, when the
+	// cluster requires tokens.
+	APIToken string
 
 	// Timing of Raft itself. Zero values take production defaults.
 	HeartbeatTimeout   time.Duration
@@ -35,6 +47,9 @@ type Config struct {
 	// ApplyTimeout bounds the wait to enqueue a write into Raft. 0: 5s.
 	ApplyTimeout time.Duration
 
+	// MaxPendingApplies bounds client writes in flight through Raft on the
+	// leader; beyond it writes are shed with ErrOverloaded. 0: 1024.
+	MaxPendingApplies int
 	// Bounds on parked acquires (wait_ms); beyond them acquires get
 	// ErrOverloaded. 0: DefaultMaxWaitersPerLock, DefaultMaxWaiters.
 	MaxWaitersPerLock int
@@ -59,6 +74,9 @@ func (c *Config) setDefaults() {
 	def(&c.ApplyTimeout, 5*time.Second)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
+	}
+	if c.MaxPendingApplies == 0 {
+		c.MaxPendingApplies = 1024
 	}
 	if c.MaxWaitersPerLock == 0 {
 		c.MaxWaitersPerLock = DefaultMaxWaitersPerLock

@@ -162,6 +162,12 @@ func (n *Node) register() {
 	if n.cfg.AdvertiseHTTP == "" {
 		return
 	}
+	if n.cfg.APITLS != nil {
+		// register is the only user of httpc, and runs once per node.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = n.cfg.APITLS.Clone()
+		n.httpc.Transport = t
+	}
 	backoff := 50 * time.Millisecond
 	for {
 		if addr, _ := n.machine.NodeAddr(n.cfg.ID); addr == n.cfg.AdvertiseHTTP {
@@ -187,10 +193,15 @@ func (n *Node) register() {
 	}
 }
 
-// announce posts this node's addresses to /v1/cluster/join on target.
+// announce posts this node's addresses to /v1/cluster/join on target, over
+// https when the cluster uses TLS, with the node's admin token if it has one.
 func (n *Node) announce(target string) error {
 	if !strings.Contains(target, "://") {
-		target = "http://" + target
+		scheme := "http://"
+		if n.cfg.APITLS != nil {
+			scheme = "https://"
+		}
+		target = scheme + target
 	}
 	body, _ := json.Marshal(map[string]string{"id": n.cfg.ID, "raft_addr": n.cfg.AdvertiseRaft, "http_addr": n.cfg.AdvertiseHTTP})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -200,6 +211,9 @@ func (n *Node) announce(target string) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if n.cfg.APIToken != "" {
+		req.Header.Set("Authorization", "Bearer "+n.cfg.APIToken)
+	}
 	resp, err := n.httpc.Do(req)
 	if err != nil {
 		return err

@@ -44,6 +44,7 @@ type Node struct {
 	observers  []Observer
 	waiters    *waitQueue
 	metrics    *nodeMetrics
+	pending    chan struct{} // admission slots for client writes; see applyAdmitted
 
 	httpc    *http.Client
 	stop     chan struct{}
@@ -75,6 +76,7 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 		observers: observers,
 		httpc:     &http.Client{Timeout: 5 * time.Second},
 		stop:      make(chan struct{}),
+		pending:   make(chan struct{}, cfg.MaxPendingApplies),
 	}
 	n.metrics = newNodeMetrics(n)
 	n.waiters = newWaitQueue(n.apply, n.machine.Get, cfg.MaxWaitersPerLock, cfg.MaxWaiters)
@@ -238,9 +240,24 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if !n.IsLeader() {
 		return fsm.Result{}, ErrNotLeader
 	}
-	if cmd.Op == fsm.OpAcquire && cmd.LeaseID == "" {
-		cmd.LeaseID = NewLeaseID()
+	if cmd.Op == fsm.OpAcquire {
+		return n.Acquire(ctx, cmd, 0)
 	}
+	return n.applyAdmitted(cmd)
+}
+
+// applyAdmitted applies a client's command if the bounded queue in front of
+// Raft has room, and sheds it at once with ErrOverloaded otherwise: under
+// overload, fast refusals keep the latency of accepted writes bounded where
+// queueing would grow it without limit. The leader's own entries (ticks,
+// grants to parked waiters) bypass the bound; they must never be shed.
+func (n *Node) applyAdmitted(cmd fsm.Command) (fsm.Result, error) {
+	select {
+	case n.pending <- struct{}{}:
+	default:
+		return fsm.Result{}, ErrOverloaded
+	}
+	defer func() { <-n.pending }()
 	return n.apply(cmd)
 }
 
@@ -271,7 +288,7 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 			return n.waiters.wait(ctx, cmd, held, wait)
 		}
 	}
-	r, err := n.apply(cmd)
+	r, err := n.applyAdmitted(cmd)
 	if err != nil || r.Status != fsm.StatusHeld || wait <= 0 {
 		return r, err
 	}

@@ -1,27 +1,81 @@
 package raftnode
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
+// handshakeTimeout bounds a TLS handshake on the Raft port, so that a peer
+// that connects and says nothing holds no goroutine for long.
+const handshakeTimeout = 10 * time.Second
+
 // streamLayer carries Raft traffic over a listener the caller may have bound
 // already (tests bind every port before any node starts, so no outbound
-// connection can take a port meant for a node).
+// connection can take a port meant for a node). With tls set, every
+// connection is mutual TLS in both directions (tlsconfig.Bundle.Peer).
 type streamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
+	tls       *tls.Config
 }
 
-func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }
-func (s *streamLayer) Close() error              { return s.ln.Close() }
-func (s *streamLayer) Addr() net.Addr            { return s.advertise }
+func (s *streamLayer) Accept() (net.Conn, error) {
+	c, err := s.ln.Accept()
+	if err != nil || s.tls == nil {
+		return c, err
+	}
+	// The handshake runs on the transport's per-connection goroutine (first
+	// Read), not here: one slow or hostile peer must not stall Accept.
+	return &serverConn{Conn: tls.Server(c, s.tls)}, nil
+}
+
+func (s *streamLayer) Close() error   { return s.ln.Close() }
+func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", string(addr), timeout)
+	if s.tls == nil {
+		return net.DialTimeout("tcp", string(addr), timeout)
+	}
+	host, _, err := net.SplitHostPort(string(addr))
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.tls.Clone()
+	cfg.ServerName = host
+	// Handshake here, so that a peer that is not ours (plaintext, or a
+	// certificate from another CA) fails the dial instead of a later RPC.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: cfg}
+	return d.DialContext(ctx, "tcp", string(addr))
+}
+
+// serverConn is an accepted TLS connection whose handshake, on first Read,
+// has a deadline.
+type serverConn struct {
+	*tls.Conn
+	once sync.Once
+	err  error
+}
+
+func (c *serverConn) Read(p []byte) (int, error) {
+	c.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+		defer cancel()
+		if c.err = c.Conn.HandshakeContext(ctx); c.err != nil {
+			c.Conn.Close()
+		}
+	})
+	if c.err != nil {
+		return 0, c.err
+	}
+	return c.Conn.Read(p)
 }
 
 // newTransport builds the Raft transport on cfg.RaftListener, or on a new
@@ -41,9 +95,16 @@ func newTransport(cfg Config) (*raft.NetworkTransport, error) {
 		}
 	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  &streamLayer{ln: ln, advertise: advertise},
+		Stream:  newStreamLayer(ln, advertise, cfg.RaftTLS),
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  cfg.Logger.Named("transport"),
 	}), nil
+}
+
+func newStreamLayer(ln net.Listener, advertise net.Addr, cfg *tls.Config) *streamLayer {
+	if cfg != nil {
+		cfg = cfg.Clone()
+	}
+	return &streamLayer{ln: ln, advertise: advertise, tls: cfg}
 }

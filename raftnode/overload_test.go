@@ -1,0 +1,85 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// startSingle runs a one-node cluster for tests of the node's own logic.
+func startSingle(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ID, cfg.DataDir, cfg.RaftListener = "solo", t.TempDir(), ln
+	cfg.RaftAddr = ln.Addr().String()
+	cfg.Peers = map[string]string{"solo": cfg.RaftAddr}
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
+	cfg.Logger = hclog.NewNullLogger()
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for n.readyTerm.Load() == 0 || n.readyTerm.Load() != n.raft.CurrentTerm() {
+		if time.Now().After(deadline) {
+			t.Fatal("the single node never led")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return n
+}
+
+type manualClock struct{ now atomic.Int64 }
+
+func (c *manualClock) Now() int64                             { return c.now.Load() }
+func (c *manualClock) After(d time.Duration) <-chan time.Time { return make(chan time.Time) }
+
+func TestWritesBeyondTheBoundAreShedButTicksAreNot(t *testing.T) {
+	clock := &manualClock{}
+	n := startSingle(t, Config{MaxPendingApplies: 2, Clock: clock})
+	ctx := context.Background()
+	acquire := fsm.Command{Op: fsm.OpAcquire, Name: "a", LeaseID: "lease-0123456789abcdef", TTL: 1000}
+	if r, err := n.Apply(ctx, acquire); err != nil || r.Status != fsm.StatusOK {
+		t.Fatalf("acquire with room: %v %v", r.Status, err)
+	}
+
+	// Two writes in flight fill the bound; the next is refused at once.
+	n.pending <- struct{}{}
+	n.pending <- struct{}{}
+	for _, cmd := range []fsm.Command{
+		{Op: fsm.OpAcquire, Name: "b", LeaseID: "lease-0123456789abcdef", TTL: 1000},
+		{Op: fsm.OpRenew, Name: "a", LeaseID: acquire.LeaseID},
+		{Op: fsm.OpRelease, Name: "a", LeaseID: acquire.LeaseID},
+	} {
+		if _, err := n.Apply(ctx, cmd); !errors.Is(err, ErrOverloaded) {
+			t.Fatalf("%v beyond the bound: err %v, want ErrOverloaded", cmd.Op, err)
+		}
+	}
+	if _, ok := n.machine.Get("b"); ok {
+		t.Fatal("a shed write changed the state")
+	}
+
+	// The leader's ticks still go through: the lease expires on time.
+	clock.now.Add(int64(time.Second))
+	if _, err := n.apply(fsm.Command{Op: fsm.OpTick}); err != nil {
+		t.Fatalf("tick while writes are shed: %v", err)
+	}
+	if _, ok := n.machine.Get("a"); ok {
+		t.Fatal("lease outlived its TTL while writes were shed")
+	}
+
+	<-n.pending
+	if r, err := n.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: "b", LeaseID: "lease-0123456789abcdef", TTL: 1000}); err != nil || r.Status != fsm.StatusOK {
+		t.Fatalf("acquire once room is back: %v %v", r.Status, err)
+	}
+}
