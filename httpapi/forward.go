@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -73,19 +74,24 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 // forwarder relays requests to the leader over kept-alive connections.
 type forwarder struct {
 	self   string
+	scheme string
 	client *http.Client
 }
 
-func newForwarder(self string) *forwarder {
+func newForwarder(self string, tlsCfg *tls.Config) *forwarder {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 256
-	return &forwarder{self: self, client: &http.Client{Transport: t}}
+	scheme := "http://"
+	if tlsCfg != nil {
+		t.TLSClientConfig, scheme = tlsCfg.Clone(), "https://"
+	}
+	return &forwarder{self: self, scheme: scheme, client: &http.Client{Transport: t}}
 }
 
 // relay sends r (with its already-read body) to the leader at addr and
 // copies the answer back.
 func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, f.scheme+addr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		writeError(w, fmt.Errorf("forward to leader %s: %w", addr, err))
 		return
@@ -102,7 +108,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 	}
 	defer resp.Body.Close()
 	markForwarded(w)
-	for _, h := range []string{"Content-Type", "Retry-After", headerLeader} {
+	for _, h := range []string{"Content-Type", "Retry-After", "WWW-Authenticate", headerLeader} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}

@@ -5,6 +5,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"net/http"
 	"time"
 
@@ -45,6 +46,13 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Metrics, when set, serves /metrics instead of Registry.
 	Metrics http.Handler
+	// Tokens, when set, turns on bearer-token authentication (auth.go).
+	// nil: every request is allowed.
+	Tokens *Tokens
+	// ForwardTLS, when set, makes forwarding to the leader use https with
+	// this client config (the cluster's CA, and the node's certificate in
+	// case the leader asks for one).
+	ForwardTLS *tls.Config
 }
 
 // Server is the HTTP API of one node.
@@ -73,9 +81,12 @@ func New(store Store, opts Options) *Server {
 	if opts.Metrics == nil {
 		opts.Metrics = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
 	}
-	s := &Server{store: store, opts: opts, log: opts.Logger.Named("http"), forward: newForwarder(store.ID())}
+	s := &Server{store: store, opts: opts, log: opts.Logger.Named("http"), forward: newForwarder(store.ID(), opts.ForwardTLS)}
 	r := mux.NewRouter().UseEncodedPath()
 	r.Use(newHTTPMetrics(opts.Registry).instrument)
+	if opts.Tokens != nil {
+		r.Use(s.authorize) // after instrument, so 401 and 403 are counted per route
+	}
 	r.HandleFunc("/v1/locks/acquire", s.acquire).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/renew", s.renew).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/release", s.release).Methods(http.MethodPost)

@@ -1,0 +1,216 @@
+package httpapi
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/gorilla/mux"
+)
+
+// Role is what a bearer token may do. Each role includes the ones below it.
+type Role int
+
+// Roles, weakest first. RoleNone marks the endpoints anyone may call.
+const (
+	RoleNone Role = iota
+	RoleReadOnly
+	RoleReadWrite
+	RoleAdmin
+)
+
+var roleNames = map[string]Role{"read-only": RoleReadOnly, "read-write": RoleReadWrite, "admin": RoleAdmin}
+
+func (r Role) String() string {
+	for name, role := range roleNames {
+		if role == r {
+			return name
+		}
+	}
+	return "none"
+}
+
+// routeRoles is the role each route needs, by method and path template.
+// Probes stay open so that orchestrators need no secret; /metrics needs a
+// read-only token, since it tells how busy the service is. A route missing
+// here needs admin: a new endpoint is closed until someone decides.
+var routeRoles = map[string]Role{
+	"GET /healthz":                         RoleNone,
+	"GET /readyz":                          RoleNone,
+	"GET /metrics":                         RoleReadOnly,
+	"GET /v1/locks":                        RoleReadOnly,
+	"GET /v1/locks/{name:.+}":              RoleReadOnly,
+	"GET /v1/cluster":                      RoleReadOnly,
+	"POST /v1/locks/acquire":               RoleReadWrite,
+	"POST /v1/locks/renew":                 RoleReadWrite,
+	"POST /v1/locks/release":               RoleReadWrite,
+	"POST /v1/cluster/join":                RoleAdmin,
+	"POST /v1/cluster/leave":               RoleAdmin,
+	"POST /v1/cluster/transfer-leadership": RoleAdmin,
+}
+
+// Tokens is a set of bearer tokens and their roles. Only SHA-256 hashes of
+// the tokens are kept, and a presented token is compared with every one in
+// constant time, so neither memory nor timing gives a token away.
+type Tokens struct {
+	entries []tokenEntry
+	admin   string // first admin token given in plain text; see AdminToken
+}
+
+type tokenEntry struct {
+	hash [sha256.Size]byte
+	role Role
+}
+
+// minTokenLen keeps guessable tokens out of the file.
+const minTokenLen = 16
+
+// LoadTokens reads a token file; see ParseTokens.
+func LoadTokens(path string) (*Tokens, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth tokens: %w", err)
+	}
+	defer f.Close()
+	t, err := ParseTokens(f)
+	if err != nil {
+		return nil, fmt.Errorf("auth tokens %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// ParseTokens reads lines "TOKEN ROLE", ROLE one of read-only, read-write
+// or admin. TOKEN is at least 16 characters, or "sha256:" and the hex
+// SHA-256 of the token, so the file need not hold the secret itself. Blank
+// lines and lines starting with # are skipped. Errors name the line, never
+// the token.
+func ParseTokens(r io.Reader) (*Tokens, error) {
+	t := &Tokens{}
+	seen := map[[sha256.Size]byte]bool{}
+	sc := bufio.NewScanner(r)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		fields := strings.Fields(text)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("line %d: want \"TOKEN ROLE\"", line)
+		}
+		role, ok := roleNames[fields[1]]
+		if !ok {
+			return nil, fmt.Errorf("line %d: role %q is not read-only, read-write or admin", line, fields[1])
+		}
+		var e tokenEntry
+		e.role = role
+		if hexHash, ok := strings.CutPrefix(fields[0], "sha256:"); ok {
+			b, err := hex.DecodeString(hexHash)
+			if err != nil || len(b) != sha256.Size {
+				return nil, fmt.Errorf("line %d: sha256: needs 64 hex digits", line)
+			}
+			copy(e.hash[:], b)
+		} else {
+			if len(fields[0]) < minTokenLen {
+				return nil, fmt.Errorf("line %d: token shorter than %d characters", line, minTokenLen)
+			}
+			e.hash = sha256.Sum256([]byte(fields[0]))
+			if role == RoleAdmin && t.admin == "" {
+				t.admin = fields[0]
+			}
+		}
+		if seen[e.hash] {
+			return nil, fmt.Errorf("line %d: token listed twice", line)
+		}
+		seen[e.hash] = true
+		t.entries = append(t.entries, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(t.entries) == 0 {
+		return nil, fmt.Errorf("no tokens")
+	}
+	return t, nil
+}
+
+// AdminToken returns the first admin token the file gave in plain text, ""
+// if none: what a node sends for its own join and announce when no
+// --join-token is given.
+func (t *Tokens) AdminToken() string { return t.admin }
+
+// lookup returns the role of token, RoleNone when it is unknown. It looks
+// at every entry, matched or not, so its timing does not depend on which
+// entry (if any) matches.
+func (t *Tokens) lookup(token string) Role {
+	h := sha256.Sum256([]byte(token))
+	role := RoleNone
+	for _, e := range t.entries {
+		if subtle.ConstantTimeCompare(h[:], e.hash[:]) == 1 {
+			role = e.role
+		}
+	}
+	return role
+}
+
+// Auth failures of the contract's error shape.
+const (
+	codeUnauthorized = "unauthorized"
+	codeForbidden    = "forbidden"
+)
+
+// authorize is mux middleware (it needs the matched route): it lets a
+// request through when its bearer token's role covers the route's, and
+// answers 401 or 403 otherwise. Followers check before forwarding, and the
+// leader checks the relayed Authorization header again. Tokens are never
+// logged.
+func (s *Server) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		need := RoleAdmin
+		if cr := mux.CurrentRoute(r); cr != nil {
+			if tmpl, err := cr.GetPathTemplate(); err == nil {
+				if role, ok := routeRoles[r.Method+" "+tmpl]; ok {
+					need = role
+				}
+			}
+		}
+		if need == RoleNone {
+			next.ServeHTTP(w, r)
+			return
+		}
+		token, ok := bearer(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock"`)
+			writeError(w, &apiError{http.StatusUnauthorized, codeUnauthorized, "a bearer token is required (Authorization: Bearer TOKEN)"})
+			return
+		}
+		have := s.opts.Tokens.lookup(token)
+		switch {
+		case have == RoleNone:
+			s.log.Warn("unknown bearer token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="invalid_token"`)
+			writeError(w, &apiError{http.StatusUnauthorized, codeUnauthorized, "unknown bearer token"})
+		case have < need:
+			s.log.Warn("forbidden", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "role", have.String(), "needs", need.String())
+			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="insufficient_scope"`)
+			writeError(w, &apiError{http.StatusForbidden, codeForbidden, fmt.Sprintf("a %s token cannot %s %s; it needs %s", have, r.Method, r.URL.Path, need)})
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// bearer returns the token of an "Authorization: Bearer TOKEN" header.
+func bearer(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return token, true
+}
