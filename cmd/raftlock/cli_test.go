@@ -317,41 +317,65 @@ func TestCLIHelp(t *testing.T) {
 // the server refuses as bad_request, on a real three-node cluster.
 func TestCLICluster(t *testing.T) {
 	cl := raftnodetest.Start(t, 3)
+	all := strings.Join(cl.Endpoints(), ",")
 	base := endpointsEnv(cl.Endpoints())
 	old := cl.Leader()
-	nodes := func(n int) func(t *testing.T, r result) {
-		return func(t *testing.T, r result) {
-			var cs client.ClusterStatus
-			decode(t, r.stdout, &cs)
-			if len(cs.Nodes) != n || cs.Leader == "" {
-				t.Fatalf("status %s, want %d nodes and a leader", r.stdout, n)
-			}
-		}
-	}
+	// Start waits for a leader only; followers are ready once they have
+	// caught up with it.
+	eventually(t, base, "every node to be ready", func(r result) bool { return r.code == exitOK }, "health", "--endpoints", all)
+
 	steps := []step{
 		{name: "status, text", args: args("cluster", "status"),
 			stdout: `^leader n\d, term \d+, commit index \d+, applied index \d+\nID +RAFT +HTTP +VOTER +LEADER\n(n\d +127\.0\.0\.1:\d+ +(127\.0\.0\.1:\d+|-) +yes +(yes|no)\n){3}$`},
-		{name: "status, json", args: args("cluster", "status", "--json"), check: nodes(3)},
-		{name: "join", args: args("cluster", "join", "n9", "127.0.0.1:1", "127.0.0.1:2"), stdout: "^node n9 joined\n$"},
-		{name: "four members", args: args("cluster", "status", "--json"), check: nodes(4)},
-		{name: "leave", args: args("cluster", "leave", "--json", "n9"), stdout: `^\{"left":"n9"\}\n$`},
-		{name: "three members", args: args("cluster", "status", "--json"), check: nodes(3)},
-		{name: "transfer", args: args("cluster", "transfer"), stdout: `^leadership transferred from ` + old.ID + ` to n\d\n$`},
-		{name: "bad_request is a usage error", args: args("acquire", "--ttl", "100ms", "x"), code: exitUsage, stderr: `^raftlock acquire: ttl_ms`},
-		{name: "health of every node", args: args("health", "--endpoints", strings.Join(cl.Endpoints(), ",")),
-			stdout: `^(http://127\.0\.0\.1:\d+/readyz: ok\n){3}$`},
+		{name: "status, json", args: args("cluster", "status", "--json"), check: func(t *testing.T, r result) {
+			if n, leader := members(t, r); n != 3 || leader != old.ID {
+				t.Fatalf("status %s, want 3 nodes led by %s", r.stdout, old.ID)
+			}
+		}},
+		{name: "health of every node", args: args("health", "--endpoints", all), stdout: `^(http://127\.0\.0\.1:\d+/readyz: ok\n){3}$`},
 		{name: "health --live, --addr as the Dockerfile calls it", args: args("health", "--live", "--addr", cl.Nodes[0].URL()),
 			stdout: `^http://127\.0\.0\.1:\d+/healthz: ok\n$`},
 		{name: "health, json", args: args("health", "--json", "--ready"), stdout: `^\{"nodes":\[\{"endpoint":"http://127\.0\.0\.1:\d+/readyz","ok":true\}(,\{[^}]*"ok":true\}){2}\],"ok":true\}\n$`},
 		{name: "health, one node down", args: args("health", "--timeout", "1s", "--endpoints", cl.Nodes[0].URL()+",http://127.0.0.1:1"),
 			code: exitError, stdout: `^http://127\.0\.0\.1:\d+/readyz: ok\n$`, stderr: `^raftlock health: http://127\.0\.0\.1:1/readyz: .*connection refused`},
+		{name: "bad_request is a usage error", args: args("acquire", "--ttl", "100ms", "x"), code: exitUsage, stderr: `^raftlock acquire: ttl_ms`},
+		// A voter that never answers: three of four still make a quorum.
+		{name: "join", args: args("cluster", "join", "n9", "127.0.0.1:1", "127.0.0.1:2"), stdout: "^node n9 joined\n$"},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) { s.run(t, base) })
 	}
+	// Each node answers status from its own view, which follows the
+	// leader's by a moment.
+	count := func(n int) func(r result) bool {
+		return func(r result) bool { got, _ := members(t, r); return r.code == exitOK && got == n }
+	}
+	eventually(t, base, "four members", count(4), "cluster", "status", "--json")
+	step{name: "leave", args: args("cluster", "leave", "--json", "n9"), stdout: `^\{"left":"n9"\}\n$`}.run(t, base)
+	eventually(t, base, "three members", count(3), "cluster", "status", "--json")
+
+	step{name: "transfer", args: args("cluster", "transfer"), stdout: `^leadership transferred from ` + old.ID + ` to n\d\n$`}.run(t, base)
 	if n := cl.WaitForNewLeader(old); n == old {
 		t.Fatal("leadership did not move")
 	}
+}
+
+// members decodes `cluster status --json`.
+func members(t *testing.T, r result) (n int, leader string) {
+	t.Helper()
+	var cs client.ClusterStatus
+	decode(t, r.stdout, &cs)
+	return len(cs.Nodes), cs.Leader
+}
+
+// eventually runs a command line until ok holds for its result.
+func eventually(t *testing.T, environ env, what string, ok func(result) bool, args ...string) {
+	t.Helper()
+	raftnodetest.WaitFor(t, 15*time.Second, what, func() bool {
+		var stdout, stderr syncBuffer
+		code := run(args, &stdout, &stderr, environ)
+		return ok(result{code, stdout.String(), stderr.String()})
+	})
 }
 
 // TestCLINoLeader: with two of three nodes gone, commands give up after
@@ -368,6 +392,11 @@ func TestCLINoLeader(t *testing.T) {
 	leader.Kill()
 	follower[0].Kill()
 	deadNodes := leader.URL() + "," + follower[0].URL()
+	// Until its election timeout the survivor still believes in the old
+	// leader; from then on it answers no_leader.
+	eventually(t, base, "the survivor to report no_leader", func(r result) bool {
+		return r.code == exitUnavailable && strings.Contains(r.stderr, "no leader: ")
+	}, "get", "--timeout", "2s", "orders/1")
 	steps := []step{
 		{name: "acquire", args: args("acquire", "--timeout", "2s", "orders/2"), code: exitUnavailable, stderr: `^raftlock acquire: (no leader|cluster unavailable)`},
 		{name: "get", args: args("get", "--timeout", "2s", "orders/1"), code: exitUnavailable, stderr: `^raftlock get: (no leader|cluster unavailable)`},
@@ -381,10 +410,4 @@ func TestCLINoLeader(t *testing.T) {
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) { s.run(t, base) })
 	}
-	// The survivor keeps saying no_leader once it has given up on the old
-	// leader; wait for that, so that the message names the cause.
-	raftnodetest.WaitFor(t, 15*time.Second, "the survivor to report no_leader", func() bool {
-		r := runCLI(t, base, "get", "--timeout", "2s", "orders/1")
-		return r.code == exitUnavailable && strings.Contains(r.stderr, "no leader: ")
-	})
 }
