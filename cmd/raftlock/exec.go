@@ -178,8 +178,9 @@ loop:
 		}
 		return exitNotHolder
 	}
-	if rerr != nil {
-		// The command's result stands; the lock frees itself at the end of its TTL.
+	if rerr != nil && !errors.Is(rerr, client.ErrLeaseLost) {
+		// The command's result stands (a lease lost after the command ended
+		// protected all of its work); the lock frees itself after its TTL.
 		fmt.Fprintf(stderr, "raftlock exec: %v (the lock expires after its TTL)\n", rerr)
 	}
 	return exitCode(waitErr)
