@@ -195,7 +195,10 @@ func waitRound(ctx context.Context, round time.Duration) time.Duration {
 		return round
 	}
 	rem := time.Until(dl)
-	w := rem - min(rem/10, time.Second)
+	// A tenth of what is left, at least 100ms (a round trip under load) and
+	// at most 1s, but never more than half.
+	margin := min(max(rem/10, 100*time.Millisecond), time.Second, rem/2)
+	w := rem - margin
 	w = min(w, round)
 	if w < time.Millisecond {
 		return 0
