@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/raftlock/raftlock/fsm"
 )
 
@@ -63,8 +65,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	log.Info("leading")
 	defer log.Info("no longer leading")
 
-	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
-		log.Warn("barrier failed", "error", err)
+	if !n.barrier(ctx, log) {
 		return
 	}
 	n.readyTerm.Store(term)
@@ -93,6 +94,26 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			return
 		case <-n.changed:
 		case <-n.clock.After(wait):
+		}
+	}
+}
+
+// barrier waits until every entry of earlier terms is applied here. A
+// Barrier refused for a passing reason (a leadership transfer in progress,
+// which may yet time out and leave this node leading) is retried: giving up
+// would leave a leader that serves no reads and expires no leases for the
+// rest of its term. It returns false once leadership is gone.
+func (n *Node) barrier(ctx context.Context, log hclog.Logger) bool {
+	for {
+		err := n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		if err == nil {
+			return true
+		}
+		log.Warn("barrier failed; retrying while leading", "error", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

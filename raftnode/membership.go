@@ -168,7 +168,10 @@ func (n *Node) register() {
 		t.TLSClientConfig = n.cfg.APITLS.Clone()
 		n.httpc.Transport = t
 	}
-	backoff := 50 * time.Millisecond
+	// Poll briskly while there is nobody to announce to (the leader has not
+	// published its own address yet); back off only after failed attempts.
+	const poll = 50 * time.Millisecond
+	backoff := poll
 	for {
 		if addr, _ := n.machine.NodeAddr(n.cfg.ID); addr == n.cfg.AdvertiseHTTP {
 			return
@@ -177,18 +180,17 @@ func (n *Node) register() {
 		if _, leaderHTTP := n.Leader(); leaderHTTP != "" {
 			target = leaderHTTP
 		}
+		wait := poll
 		if target != "" && !n.IsLeader() {
 			if err := n.announce(target); err != nil {
 				n.log.Debug("announce to leader failed", "target", target, "error", err)
+				wait, backoff = backoff, min(2*backoff, 2*time.Second)
 			}
 		}
 		select {
 		case <-n.stop:
 			return
-		case <-time.After(backoff):
-		}
-		if backoff < 2*time.Second {
-			backoff *= 2
+		case <-time.After(wait):
 		}
 	}
 }
