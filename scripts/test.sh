@@ -2,6 +2,7 @@
 # test.sh: every test raftlock has, with whatever they need started first.
 #   - a throwaway PostgreSQL on 127.0.0.1 for the fencing tests (scripts/pg.sh)
 #   - go vet and the unit, cluster and contract tests (go test -race ./...)
+#   - the Jepsen-style checker for two minutes under real faults (scripts/check.sh)
 # Run from anywhere: scripts/test.sh. CI runs exactly this (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,3 +14,5 @@ echo "== go vet"
 go vet ./...
 echo "== go test"
 go test -race -count=1 -timeout 20m ./...
+echo "== checker (2 minutes of faults against three real nodes)"
+bash scripts/check.sh 2m

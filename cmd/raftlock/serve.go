@@ -68,6 +68,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.node.HeartbeatTimeout, "heartbeat-timeout", time.Second, "Raft heartbeat timeout")
 	fs.Uint64Var(&c.node.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.Uint64Var(&c.node.TrailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
+	fs.DurationVar(&c.node.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often Raft checks the snapshot threshold")
+	fs.IntVar(&c.node.MaxPendingApplies, "max-pending-applies", 1024, "client writes in flight through Raft before more are shed with 429")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
