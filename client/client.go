@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -30,6 +31,8 @@ type Client struct {
 	requestTimeout time.Duration
 	backoffBase    time.Duration
 	backoffMax     time.Duration
+	tls            *tls.Config
+	token          string
 
 	mu        sync.Mutex
 	scheme    string
@@ -47,6 +50,16 @@ type Option func(*Client)
 // WithHTTPClient makes the client use hc instead of its own keep-alive
 // client. Per-request timeouts come from contexts, so hc needs no Timeout.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithTLSConfig makes the client speak https with cfg (RootCAs: the
+// cluster's CA; Certificates: a client certificate, if the cluster asks for
+// one). Endpoints given as host:port then mean https. Ignored with
+// WithHTTPClient, whose transport is the caller's to configure.
+func WithTLSConfig(cfg *tls.Config) Option { return func(c *Client) { c.tls = cfg } }
+
+// WithToken sends "Authorization: Bearer token" with every request, for a
+// cluster started with --auth-tokens.
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithClock replaces the real clock, for tests that drive lease time.
 func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
@@ -92,8 +105,12 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("raftlock: no endpoints given")
 	}
+	defScheme := "http"
+	if c.tls != nil {
+		defScheme = "https"
+	}
 	for _, ep := range endpoints {
-		u, err := normalizeEndpoint(ep, "http")
+		u, err := normalizeEndpoint(ep, defScheme)
 		if err != nil {
 			return nil, err
 		}
@@ -116,6 +133,9 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	if c.hc == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 16
+		if c.tls != nil {
+			t.TLSClientConfig = c.tls.Clone()
+		}
 		c.hc = &http.Client{Transport: t}
 	}
 	return c, nil

@@ -17,6 +17,13 @@ var (
 	ErrNoLeader = errors.New("raftlock: no leader")
 	// ErrOverloaded: the leader's queue is full (API code "overloaded").
 	ErrOverloaded = errors.New("raftlock: overloaded")
+	// ErrUnauthorized: no token, or one the cluster does not know (API
+	// code "unauthorized", HTTP 401).
+	ErrUnauthorized = errors.New("raftlock: unauthorized")
+	// ErrForbidden: the token's role does not allow the request (API code
+	// "forbidden", HTTP 403): read-only on a write, or not admin on a
+	// cluster change.
+	ErrForbidden = errors.New("raftlock: forbidden")
 	// ErrLeaseLost: the lease can no longer be trusted, because the server
 	// said not_holder or the local deadline passed before a renewal
 	// succeeded. It is the cause of a lost Lease's Context.
@@ -35,6 +42,9 @@ const (
 	CodeOverloaded = "overloaded"
 	CodeBadRequest = "bad_request"
 	CodeTooLarge   = "too_large"
+
+	CodeUnauthorized = "unauthorized"
+	CodeForbidden    = "forbidden"
 )
 
 // APIError is an error answer of the API: {"error": Code, "message": Message}
@@ -71,6 +81,10 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeNoLeader
 	case ErrOverloaded:
 		return e.Code == CodeOverloaded
+	case ErrUnauthorized:
+		return e.Code == CodeUnauthorized
+	case ErrForbidden:
+		return e.Code == CodeForbidden
 	}
 	return false
 }

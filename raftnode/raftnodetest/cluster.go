@@ -6,9 +6,11 @@ package raftnodetest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftlock/raftlock/httpapi"
+	"github.com/raftlock/raftlock/internal/tlsconfig"
+	"github.com/raftlock/raftlock/internal/tlsconfig/tlstest"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -29,6 +33,12 @@ type Options struct {
 	TrailingLogs      uint64
 	// Configure, when set, may change each node's config before it starts.
 	Configure func(*raftnode.Config)
+	// TLS, when set, secures every node with a certificate from this CA:
+	// HTTPS for the API and forwarding, mutual TLS for Raft.
+	TLS *tlstest.CA
+	// Tokens, when set, is the token file (httpapi.ParseTokens) every node
+	// enforces; nodes join and announce with its first admin token.
+	Tokens string
 }
 
 // Cluster is a set of nodes that bootstrapped together.
@@ -47,6 +57,7 @@ type Node struct {
 	*raftnode.Node
 
 	cluster *Cluster
+	tls     *tlsconfig.Bundle // nil without Options.TLS
 	srv     *http.Server
 	running bool
 	// Listeners bound before any node starts, so that no outbound
@@ -57,11 +68,37 @@ type Node struct {
 func newNode(c *Cluster, id string) *Node {
 	n := &Node{ID: id, DataDir: c.t.TempDir(), cluster: c, httpLn: listen(c.t), raftLn: listen(c.t)}
 	n.HTTPAddr, n.RaftAddr = n.httpLn.Addr().String(), n.raftLn.Addr().String()
+	if c.opts.TLS != nil {
+		n.tls = c.opts.TLS.Bundle(id)
+	}
 	return n
 }
 
-// URL is the node's HTTP endpoint.
-func (n *Node) URL() string { return "http://" + n.HTTPAddr }
+// URL is the node's HTTP endpoint (https with Options.TLS).
+func (n *Node) URL() string {
+	if n.tls != nil {
+		return "https://" + n.HTTPAddr
+	}
+	return "http://" + n.HTTPAddr
+}
+
+// ClientTLS returns a client config that trusts the cluster's CA, nil for a
+// cluster without TLS.
+func (c *Cluster) ClientTLS() *tls.Config {
+	if c.opts.TLS == nil {
+		return nil
+	}
+	return c.opts.TLS.Bundle("").Client()
+}
+
+// HTTPClient returns an HTTP client for the cluster's nodes (it trusts the
+// CA when the cluster has TLS).
+func (c *Cluster) HTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = c.ClientTLS()
+	c.t.Cleanup(t.CloseIdleConnections)
+	return &http.Client{Transport: t}
+}
 
 // Running reports whether the node has been started and not stopped.
 func (n *Node) Running() bool { return n.running }
@@ -110,9 +147,22 @@ func (n *Node) start(peers map[string]string, join string) {
 		Clock:            n.cluster.opts.Clock,
 		Logger:           testLogger(t, n.ID),
 	}
+	apiOpts := httpapi.Options{LeaderWait: time.Second}
+	if n.tls != nil {
+		cfg.RaftTLS, cfg.APITLS = n.tls.Peer(), n.tls.Client()
+		apiOpts.ForwardTLS = n.tls.Client()
+	}
+	if n.cluster.opts.Tokens != "" {
+		toks, err := httpapi.ParseTokens(strings.NewReader(n.cluster.opts.Tokens))
+		if err != nil {
+			t.Fatalf("tokens: %v", err)
+		}
+		apiOpts.Tokens, cfg.APIToken = toks, toks.AdminToken()
+	}
 	if n.cluster.opts.Configure != nil {
 		n.cluster.opts.Configure(&cfg)
 	}
+	apiOpts.Logger = cfg.Logger
 	ln, raftLn := n.httpLn, n.raftLn
 	n.httpLn, n.raftLn = nil, nil
 	var err error
@@ -135,8 +185,14 @@ func (n *Node) start(peers map[string]string, join string) {
 	n.Node = node
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(node.Collectors()...)
-	n.srv = &http.Server{Handler: httpapi.New(node, httpapi.Options{Logger: cfg.Logger, LeaderWait: time.Second, Registry: reg})}
-	go n.srv.Serve(ln)
+	apiOpts.Registry = reg
+	n.srv = &http.Server{Handler: httpapi.New(node, apiOpts)}
+	if n.tls != nil {
+		n.srv.TLSConfig = n.tls.Server(false)
+		go n.srv.ServeTLS(ln, "", "")
+	} else {
+		go n.srv.Serve(ln)
+	}
 	n.running = true
 }
 
