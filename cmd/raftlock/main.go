@@ -34,6 +34,7 @@ Usage:
   raftlock exec [flags] NAME -- CMD...  run CMD while holding the lock, then release it
   raftlock cluster status|join|leave|transfer
   raftlock health [--live]              exit 0 if the node is ready (container healthchecks)
+  raftlock bench [flags]                load-test the cluster: cycles/s, latency, safety slips
 
 Every command takes --endpoints (or RAFTLOCK_ENDPOINTS; comma-separated node
 URLs, any node will do; default http://127.0.0.1:8001), --timeout and, where
@@ -68,6 +69,7 @@ var commands = map[string]command{
 	"exec":    execCmd,
 	"cluster": clusterCmd,
 	"health":  healthCmd,
+	"bench":   benchCmd,
 }
 
 func main() {
