@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,6 +104,10 @@ func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
 				return oc, ctxError(ctx, cmp.Or(last, err))
 			}
 			last = fmt.Errorf("raftlock: %s %s: %w", r.method, u+r.path, err)
+			if badCertificate(err) {
+				// Every retry would meet the same certificate.
+				return oc, last
+			}
 			c.log.Debug("request failed", "endpoint", u, "path", r.path, "attempt", attempt, "error", err)
 			c.penalize(u, c.backoff(attempt), true)
 			if !definite && !r.idempotent {
@@ -229,6 +234,13 @@ func notSent(err error) bool {
 	}
 	var dns *net.DNSError
 	return errors.As(err, &dns)
+}
+
+// badCertificate reports whether err is a failure to verify the server's
+// certificate: a configuration error (wrong CA, wrong host), not an outage.
+func badCertificate(err error) bool {
+	var verr *tls.CertificateVerificationError
+	return errors.As(err, &verr)
 }
 
 // retryAfter parses a Retry-After header: seconds or an HTTP date.

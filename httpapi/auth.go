@@ -75,7 +75,7 @@ const minTokenLen = 16
 func LoadTokens(path string) (*Tokens, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("auth tokens: %w", err)
+		return nil, err
 	}
 	defer f.Close()
 	t, err := ParseTokens(f)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/client"
+	"github.com/raftlock/raftlock/internal/tlsconfig"
 )
 
 // defaultEndpoint is where the CLI looks for a cluster when neither
@@ -42,6 +44,9 @@ type conn struct {
 	endpoints string
 	timeout   time.Duration
 	json      bool
+	tls       tlsconfig.Files // --ca, --cert, --key
+	token     string
+	tokenFile string
 }
 
 func addConnFlags(fs *flag.FlagSet, timeout time.Duration, withJSON bool) *conn {
@@ -51,12 +56,21 @@ func addConnFlags(fs *flag.FlagSet, timeout time.Duration, withJSON bool) *conn 
 	if withJSON {
 		fs.BoolVar(&c.json, "json", false, "print JSON (the API's shapes) instead of text")
 	}
+	fs.StringVar(&c.tls.CA, "ca", "", "PEM CA of the cluster's certificates: speak https (default endpoint https://127.0.0.1:8001)")
+	fs.StringVar(&c.tls.Cert, "cert", "", "PEM client certificate, for a cluster run with --tls-verify-clients (with --key)")
+	fs.StringVar(&c.tls.Key, "key", "", "PEM private key of --cert")
+	fs.StringVar(&c.token, "token", "", "bearer token; prefer RAFTLOCK_TOKEN or --token-file, since others can read a command line")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file whose first line is the bearer token")
 	return c
 }
 
 func (c *conn) endpointList() []string {
 	var eps []string
-	for _, ep := range strings.Split(c.endpoints, ",") {
+	list := c.endpoints
+	if list == defaultEndpoint && c.tls.CA != "" {
+		list = "https" + strings.TrimPrefix(defaultEndpoint, "http")
+	}
+	for _, ep := range strings.Split(list, ",") {
 		if ep = strings.TrimSpace(ep); ep != "" {
 			eps = append(eps, ep)
 		}
@@ -69,7 +83,32 @@ func (c *conn) client() (*client.Client, error) {
 	if c.timeout <= 0 {
 		return nil, errors.New("--timeout must be positive")
 	}
-	return client.New(c.endpointList(), client.WithRequestTimeout(c.timeout))
+	opts := []client.Option{client.WithRequestTimeout(c.timeout)}
+	if c.tls.CA != "" || c.tls.Cert != "" || c.tls.Key != "" {
+		b, err := tlsconfig.Load(c.tls)
+		if err != nil {
+			return nil, fmt.Errorf("--ca/--cert/--key: %w", err)
+		}
+		opts = append(opts, client.WithTLSConfig(b.Client()))
+	}
+	token := c.token
+	if c.tokenFile != "" {
+		if token != "" {
+			return nil, errors.New("--token and --token-file exclude each other")
+		}
+		data, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token, _, _ = strings.Cut(string(data), "\n")
+		if token = strings.TrimSpace(token); token == "" {
+			return nil, fmt.Errorf("--token-file %s: empty first line", c.tokenFile)
+		}
+	}
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	return client.New(c.endpointList(), opts...)
 }
 
 // ctx bounds a command's calls by --timeout.
@@ -210,6 +249,7 @@ func classify(err error) (code int, kind, msg string) {
 	var held *client.HeldError
 	var apiErr *client.APIError
 	var netErr net.Error
+	var certErr *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &held):
 		return exitHeld, client.CodeHeld, fmt.Sprintf("%s is held by %q (fencing token %d)", held.Name, held.Owner, held.Token)
@@ -221,6 +261,12 @@ func classify(err error) (code int, kind, msg string) {
 		return exitNotHolder, client.CodeNotHolder, detail
 	case errors.Is(err, client.ErrNoLeader) && errors.As(err, &apiErr):
 		return exitUnavailable, "unavailable", "no leader: the cluster is electing one or has lost its quorum (" + apiErr.Message + ")"
+	case errors.As(err, &certErr):
+		return exitError, "error", "the server's certificate is not trusted (check --ca / RAFTLOCK_CA and the endpoint's host): " + certErr.Error()
+	case errors.Is(err, client.ErrUnauthorized) && errors.As(err, &apiErr):
+		return exitError, client.CodeUnauthorized, "unauthorized: " + apiErr.Message + " (give a token with RAFTLOCK_TOKEN or --token-file)"
+	case errors.Is(err, client.ErrForbidden) && errors.As(err, &apiErr):
+		return exitError, client.CodeForbidden, "forbidden: " + apiErr.Message
 	case errors.Is(err, client.ErrOverloaded):
 		return exitUnavailable, "unavailable", "cluster overloaded: " + detail
 	case errors.As(err, &apiErr) && (apiErr.Code == client.CodeBadRequest || apiErr.Code == client.CodeTooLarge):

@@ -40,6 +40,9 @@ Every command takes --endpoints (or RAFTLOCK_ENDPOINTS; comma-separated node
 URLs, any node will do; default http://127.0.0.1:8001), --timeout and, where
 it prints something, --json. Every flag also reads RAFTLOCK_<FLAG> from the
 environment; the command line wins.
+For a cluster with TLS and tokens: --ca FILE (RAFTLOCK_CA; endpoints then
+default to https), --cert/--key for a client certificate, and the bearer
+token in RAFTLOCK_TOKEN or --token-file FILE.
 
 Exit codes:
   0  success

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,6 +34,8 @@ Examples:
       --raft-addr 127.0.0.1:9001 --peers n1=127.0.0.1:9001,n2=127.0.0.1:9002,n3=127.0.0.1:9003
   raftlock serve --id n4 --data-dir d4 --http-addr 127.0.0.1:8004 --raft-addr 127.0.0.1:9004 \
       --join http://127.0.0.1:8001
+  raftlock serve ... --tls-cert n1.pem --tls-key n1-key.pem --tls-ca ca.pem --auth-tokens tokens
+      (HTTPS API, mutual TLS between nodes, bearer tokens; scripts/certs.sh makes the files)
 
 Flags:
 `
@@ -45,6 +48,10 @@ type serveConfig struct {
 	tempDir  bool // the data dir is a temporary one --dev made: remove it on exit
 	logLevel string
 	logJSON  bool
+
+	apiTLS     *tls.Config     // HTTPS server config; nil: plain HTTP
+	forwardTLS *tls.Config     // client config for forwarding to the leader
+	tokens     *httpapi.Tokens // nil: no authentication
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -70,6 +77,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Uint64Var(&c.node.TrailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
 	fs.DurationVar(&c.node.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often Raft checks the snapshot threshold")
 	fs.IntVar(&c.node.MaxPendingApplies, "max-pending-applies", 1024, "client writes in flight through Raft before more are shed with 429")
+	sec := addSecurityFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -84,6 +92,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, err
 	}
 	c.node.Peers = p
+	if err := sec.apply(&c); err != nil {
+		return c, err
+	}
 	if c.dev {
 		if c.node.ID == "" {
 			c.node.ID = "dev"
@@ -188,12 +199,20 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           httpapi.New(node, httpapi.Options{Logger: logger, Registry: reg}),
+		Handler:           httpapi.New(node, httpapi.Options{Logger: logger, Registry: reg, Tokens: cfg.tokens, ForwardTLS: cfg.forwardTLS}),
+		TLSConfig:         cfg.apiTLS,
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	logger.Info("serving", "id", cfg.node.ID, "http", cfg.httpAddr, "raft", cfg.node.RaftAddr, "data_dir", cfg.node.DataDir)
+	go func() {
+		if cfg.apiTLS != nil {
+			serveErr <- srv.ServeTLS(ln, "", "")
+		} else {
+			serveErr <- srv.Serve(ln)
+		}
+	}()
+	logger.Info("serving", "id", cfg.node.ID, "http", cfg.scheme()+"://"+cfg.httpAddr, "raft", cfg.node.RaftAddr,
+		"raft_mtls", cfg.node.RaftTLS != nil, "auth", cfg.tokens != nil, "data_dir", cfg.node.DataDir)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
