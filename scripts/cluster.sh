@@ -24,6 +24,9 @@
 #   RAFTLOCK_CLUSTER_BIN        use this binary instead of building bin/raftlock
 # Other RAFTLOCK_* variables reach the nodes as flag defaults (RAFTLOCK_LOG_LEVEL=debug,
 # RAFTLOCK_ELECTION_TIMEOUT=500ms, ...), except those that must differ per node.
+# TLS and tokens (README "Security"): RAFTLOCK_TLS_CERT, _KEY and _CA reach every node (on
+# 127.0.0.1 one certificate from scripts/certs.sh serves them all) and make this script use
+# https; with RAFTLOCK_AUTH_TOKENS, set RAFTLOCK_TOKEN to a token of the file for its checks.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,7 +42,20 @@ usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
 
 http_port() { echo $((HTTP_BASE + $1)); }
 raft_port() { echo $((RAFT_BASE + $1)); }
-url() { echo "http://127.0.0.1:$(http_port "$1")"; }
+SCHEME=http
+CURL=(curl -fsS --max-time 1)
+if [[ -n ${RAFTLOCK_TLS_CA:-} ]]; then
+	SCHEME=https
+	CURL+=(--cacert "$RAFTLOCK_TLS_CA")
+fi
+url() { echo "$SCHEME://127.0.0.1:$(http_port "$1")"; }
+
+# auth_header keeps RAFTLOCK_TOKEN out of curl's command line, which others can read.
+auth_header() {
+	[[ -n ${RAFTLOCK_TOKEN:-} ]] || return 0
+	(umask 077 && printf 'Authorization: Bearer %s\n' "$RAFTLOCK_TOKEN" >"$DIR/.auth-header")
+	CURL+=(-H "@$DIR/.auth-header")
+}
 
 # absdir makes DIR absolute, so that pid checks and the nodes' --data-dir agree.
 absdir() {
@@ -118,8 +134,8 @@ start_node() {
 }
 
 # cluster_json I: node nI's /v1/cluster, or nothing.
-cluster_json() { curl -fsS --max-time 1 "$(url "$1")/v1/cluster" 2>/dev/null || true; }
-ready() { curl -fsS --max-time 1 -o /dev/null "$(url "$1")/readyz" 2>/dev/null; }
+cluster_json() { "${CURL[@]}" "$(url "$1")/v1/cluster" 2>/dev/null || true; }
+ready() { "${CURL[@]}" -o /dev/null "$(url "$1")/readyz" 2>/dev/null; }
 
 # agreed_leader N: prints the leader id when every node is ready and names the same leader.
 agreed_leader() {
@@ -261,9 +277,9 @@ cmd_logs() {
 }
 
 case ${1:-} in
-up) shift; (($# <= 1)) || usage; absdir; cmd_up "$@" ;;
+up) shift; (($# <= 1)) || usage; absdir; auth_header; cmd_up "$@" ;;
 down) shift; (($# <= 2)) || usage; [[ ${1:-} == 3 || ${1:-} == 5 ]] && shift; cmd_down "$@" ;;
-status) shift; cmd_status ;;
+status) shift; [[ -d $DIR ]] && auth_header; cmd_status ;;
 logs) shift; [[ ${1:-} == 3 || ${1:-} == 5 ]] && shift; cmd_logs "$@" ;;
 -h | --help | help) usage ;;
 *) usage ;;
