@@ -87,8 +87,9 @@ func LoadTokens(path string) (*Tokens, error) {
 
 // ParseTokens reads lines "TOKEN ROLE", ROLE one of read-only, read-write
 // or admin. TOKEN is at least 16 characters, or "sha256:" and the hex
-// SHA-256 of the token, so the file need not hold the secret itself. Blank
-// lines and lines starting with # are skipped. Errors name the line, never
+// SHA-256 of the token, so the file need not hold the secret itself. A #
+// starts a comment line, or a comment after the role; blank lines are
+// skipped. Errors name the line, never
 // the token.
 func ParseTokens(r io.Reader) (*Tokens, error) {
 	t := &Tokens{}
@@ -100,6 +101,9 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 			continue
 		}
 		fields := strings.Fields(text)
+		if len(fields) > 2 && strings.HasPrefix(fields[2], "#") {
+			fields = fields[:2] // a comment after the role
+		}
 		if len(fields) != 2 {
 			return nil, fmt.Errorf("line %d: want \"TOKEN ROLE\"", line)
 		}

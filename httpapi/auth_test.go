@@ -30,7 +30,7 @@ func hashOf(tok string) string {
 
 var tokenFile = `# raftlock tokens: TOKEN ROLE
 ` + tokRO + ` read-only
-` + tokRW + `   read-write
+` + tokRW + `   read-write   # a comment after the role
 
 sha256:` + hashOf(tokHashed) + ` admin
 ` + tokAdmin + ` admin
@@ -60,6 +60,7 @@ func TestParseTokens(t *testing.T) {
 	for _, c := range []struct{ file, msg string }{
 		{secret + " root", `line 1: role "root"`},
 		{"# c\n" + secret, "line 2: want \"TOKEN ROLE\""},
+		{secret + " admin extra", "line 1: want \"TOKEN ROLE\""},
 		{"short admin", "line 1: token shorter than 16"},
 		{secret + " admin\n" + secret + " read-only", "line 2: token listed twice"},
 		{"sha256:abcd admin", "line 1: sha256: needs 64 hex digits"},
