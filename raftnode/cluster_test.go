@@ -183,9 +183,10 @@ func held(n *raftnodetest.Node, name string) bool {
 	return ok
 }
 
-// contend tries to take name with leaseB through node. Every such write is
-// stamped by the leader at the manual clock's current reading, so it shows
-// exactly what the log decides at that moment, whatever the tick loop does.
+// contend tries to take name with leaseB through node. The leader decides
+// at the manual clock's current reading: a refusal from its own clock, a
+// grant through an entry stamped now, so the answer shows exactly what the
+// log decides at that moment, whatever the tick loop does.
 func contend(t *testing.T, node *raftnodetest.Node, name string) int {
 	t.Helper()
 	status, _ := acquire(t, node, name, "b", leaseB, 1000)
@@ -234,7 +235,11 @@ func TestLeaderChangeNeitherRestartsNorShortensTTL(t *testing.T) {
 		t.Fatalf("acquire: %d %v", status, body)
 	}
 	clock.Advance(600 * time.Millisecond)
-	if got := contend(t, old, "failover"); got != 409 { // stamps 600ms into the log
+	// A grant of another lock puts an entry stamped 600ms into the log.
+	if status, body := acquire(t, old, "probe", "b", leaseB, 60000); status != 200 {
+		t.Fatalf("probe: %d %v", status, body)
+	}
+	if got := contend(t, old, "failover"); got != 409 {
 		t.Fatalf("600ms in: %d", got)
 	}
 

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
@@ -11,6 +12,10 @@ import (
 // raftFSM adapts fsm.Machine to raft.FSM and raft.BatchingFSM.
 type raftFSM struct {
 	m *fsm.Machine
+	// last is the highest index of a command or configuration entry this
+	// adapter has applied: unlike raft's AppliedIndex, which counts entries
+	// handed to the FSM goroutine, it says what the machine really holds.
+	last atomic.Uint64
 	// applied is called after every command entry, on Raft's FSM goroutine;
 	// it must not block.
 	applied func(index uint64, op fsm.Op, r fsm.Result)
@@ -32,6 +37,7 @@ func (f *raftFSM) ApplyBatch(logs []*raft.Log) []any {
 }
 
 func (f *raftFSM) applyOne(l *raft.Log) any {
+	defer f.last.Store(l.Index)
 	if l.Type != raft.LogCommand {
 		return nil
 	}
@@ -57,6 +63,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	if err := f.m.Restore(rc); err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
+	f.last.Store(f.m.Clock().Index)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,8 @@ type Node struct {
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
 	store     *raftboltdb.BoltStore
+	logs      raft.LogStore
+	fsm       *raftFSM
 
 	notifyCh chan bool     // leadership changes, buffered so Raft never blocks
 	changed  chan struct{} // wakes the leader loop after a grant; buffered 1
@@ -134,8 +137,9 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("log cache: %w", err)
 	}
-	f := &raftFSM{m: n.machine, applied: n.onApplied}
-	n.raft, err = raft.NewRaft(rc, f, logs, store, snaps, n.transport)
+	n.fsm = &raftFSM{m: n.machine, applied: n.onApplied}
+	n.logs = logs
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, snaps, n.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
@@ -221,8 +225,8 @@ func (n *Node) Ready() bool {
 	if id, _ := n.Leader(); id == "" {
 		return false
 	}
-	commit, applied := n.raft.CommitIndex(), n.raft.AppliedIndex()
-	return commit > 0 && applied >= commit && applied >= n.startIndex
+	commit := n.raft.CommitIndex()
+	return commit > 0 && n.AppliedThrough(max(commit, n.startIndex))
 }
 
 // Apply proposes one lock command (acquire, renew or release) and returns
@@ -278,21 +282,51 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 	if cmd.LeaseID == "" {
 		cmd.LeaseID = NewLeaseID()
 	}
-	if n.waiters.queued(cmd.Name) {
-		holder, ok := n.machine.Get(cmd.Name)
-		if !ok || holder.LeaseID != cmd.LeaseID {
-			held := fsm.Result{Status: fsm.StatusHeld, Holder: holder}
-			if wait <= 0 {
-				return held, nil
-			}
-			return n.waiters.wait(ctx, cmd, held, wait)
+	if held, ok := n.heldHere(cmd); ok {
+		if err := n.raft.VerifyLeader().Error(); err != nil {
+			return fsm.Result{}, raftError("verify leader", err)
 		}
+		if wait <= 0 {
+			return held, nil
+		}
+		return n.waiters.wait(ctx, cmd, held, wait)
 	}
 	r, err := n.applyAdmitted(cmd)
 	if err != nil || r.Status != fsm.StatusHeld || wait <= 0 {
 		return r, err
 	}
 	return n.waiters.wait(ctx, cmd, r, wait)
+}
+
+// heldHere answers, from this leader's applied state and without a log
+// entry, an acquire that can only be refused: someone is parked for the lock,
+// or another lease holds it and its deadline has not come on this leader's
+// clock (a tick stamped now would not expire it). A refusal changes nothing,
+// so like a linearizable read it needs only the caller's confirmation that
+// this node still leads (VerifyLeader after the read: a quorum still taking
+// this leader means no other leader can have acknowledged anything since).
+// Polling clients then cost the leader a heartbeat round instead of a
+// replicated, fsynced entry each.
+func (n *Node) heldHere(cmd fsm.Command) (fsm.Result, bool) {
+	term := n.raft.CurrentTerm()
+	if n.readyTerm.Load() != term {
+		return fsm.Result{}, false
+	}
+	holder, held := n.machine.Get(cmd.Name)
+	if held && holder.LeaseID == cmd.LeaseID {
+		return fsm.Result{}, false // a retry by the holder: through the log, it refreshes the lease
+	}
+	if n.waiters.queued(cmd.Name) {
+		return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, true
+	}
+	if !held {
+		return fsm.Result{}, false
+	}
+	c := n.machine.Clock()
+	if c.Term != term || c.Now+(n.clock.Now()-c.Stamp) >= holder.Deadline {
+		return fsm.Result{}, false // due (or no stamp of ours yet): let the log decide
+	}
+	return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, true
 }
 
 // Waiters returns how many acquires are parked on this node.
@@ -333,12 +367,12 @@ func (n *Node) Read(ctx context.Context, stale bool) (*fsm.Machine, error) {
 }
 
 func (n *Node) waitApplied(ctx context.Context, index uint64) error {
-	if n.raft.AppliedIndex() >= index {
+	if n.AppliedThrough(index) {
 		return nil
 	}
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
-	for n.raft.AppliedIndex() < index {
+	for !n.AppliedThrough(index) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for index %d to apply: %w", index, ctx.Err())
@@ -346,6 +380,41 @@ func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 		}
 	}
 	return nil
+}
+
+// AppliedThrough reports whether the state machine holds the effect of every
+// entry up to index. Raft's AppliedIndex runs ahead of the machine (it counts
+// entries handed to the FSM goroutine), so entries between what the machine
+// applied and index must be ones that change nothing there (no-ops, barriers)
+// or already folded into a snapshot.
+func (n *Node) AppliedThrough(index uint64) bool {
+	if n.raft.AppliedIndex() < index {
+		return false
+	}
+	last := n.fsm.last.Load()
+	if index <= last {
+		return true
+	}
+	if index-last > 1024 {
+		return false // a long gap is still being applied; ask again shortly
+	}
+	snapshot := uint64(0) // read only if needed: Stats is not cheap
+	for i := last + 1; i <= index; i++ {
+		var l raft.Log
+		if err := n.logs.GetLog(i, &l); err != nil {
+			continue // compacted: covered by the snapshot the machine restored
+		}
+		if l.Type != raft.LogCommand && l.Type != raft.LogConfiguration {
+			continue
+		}
+		if snapshot == 0 {
+			snapshot, _ = strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64)
+		}
+		if i > snapshot {
+			return false
+		}
+	}
+	return true
 }
 
 // NewLeaseID returns a random 128-bit lease id in URL-safe base64.
