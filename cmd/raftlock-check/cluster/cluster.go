@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -50,7 +51,10 @@ type Options struct {
 	Env   []string // extra environment for every node
 }
 
-// freePorts reserves n loopback ports by listening, then releases them.
+// freePorts picks n loopback ports that are free now, below the kernel's
+// ephemeral range (32768 and up): a port handed out for ":0" comes from that
+// range, where the suite's own outbound connections may take it again before
+// a node binds it, or while a killed node is down.
 func freePorts(n int) ([]string, error) {
 	var lns []net.Listener
 	defer func() {
@@ -59,10 +63,13 @@ func freePorts(n int) ([]string, error) {
 		}
 	}()
 	var out []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("no %d free ports in 20000-32767", n)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12768)))
 		if err != nil {
-			return nil, err
+			continue
 		}
 		lns = append(lns, l)
 		out = append(out, l.Addr().String())
