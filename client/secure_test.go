@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/tlsconfig/tlstest"
 	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
 // The client against a cluster with TLS and tokens: https to host:port

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/raftlock/raftlock/internal/tlsconfig/tlstest"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
 // Test tokens, one per role, and one the server does not know.

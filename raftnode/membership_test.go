@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/raftlock/raftlock/internal/tlsconfig/tlstest"
 	"github.com/raftlock/raftlock/raftnode"
 	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
 // Tokens of the secured clusters in these tests.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/raftlock/raftlock/internal/tlsconfig/tlstest"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
 // layer starts a stream layer on a loopback port; cfg nil: plaintext.

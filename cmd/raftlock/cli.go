@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/client"
-	"github.com/raftlock/raftlock/internal/tlsconfig"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 )
 
 // defaultEndpoint is where the CLI looks for a cluster when neither

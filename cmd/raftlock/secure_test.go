@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/tlsconfig/tlstest"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
 // TestMain lets a test start this test binary as `raftlock`: with

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/raftlock/raftlock/httpapi"
-	"github.com/raftlock/raftlock/internal/tlsconfig"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 )
 
 // securityFlags are serve's TLS and authentication flags.

@@ -19,9 +19,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftlock/raftlock/httpapi"
-	"github.com/raftlock/raftlock/internal/tlsconfig"
-	"github.com/raftlock/raftlock/internal/tlsconfig/tlstest"
 	"github.com/raftlock/raftlock/raftnode"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
 // Options tune a test cluster.
@@ -297,7 +297,7 @@ func (c *Cluster) WaitApplied(index uint64) {
 	c.t.Helper()
 	waitFor(c.t, 15*time.Second, fmt.Sprintf("all nodes to apply index %d", index), func() bool {
 		for _, n := range c.Nodes {
-			if n.running && n.Raft().AppliedIndex() < index {
+			if n.running && !n.AppliedThrough(index) {
 				return false
 			}
 		}

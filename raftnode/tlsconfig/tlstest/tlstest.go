@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/tlsconfig"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 )
 
 // CA is a test certificate authority.
