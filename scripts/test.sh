@@ -16,3 +16,5 @@ echo "== go test"
 go test -race -count=1 -timeout 20m ./...
 echo "== checker (2 minutes of faults against three real nodes)"
 bash scripts/check.sh 2m
+echo "== chaos (process cluster: 5 leader kills, 3 pauses; compose: 3 kills when Docker answers)"
+bash scripts/chaos-ci.sh

@@ -10,6 +10,13 @@
 // directory: journals, node logs and porcupine's HTML visualisation.
 //
 //	raftlock-check [--duration 2m] [--seed N] [--raftlock-bin PATH] [--out DIR]
+//
+// "raftlock-check workload" instead runs the same workload clients (as
+// goroutines) against a cluster that something else runs and faults, such
+// as scripts/chaos-*.sh: it samples who leads, reads fault windows from a
+// marks file, and checks (a), (b) and (c).
+//
+//	raftlock-check workload --endpoints URL,URL,URL [--duration 1m] [--out DIR] [--marks FILE]
 package main
 
 import (
@@ -30,6 +37,9 @@ func main() {
 	args := os.Args[1:]
 	if len(args) > 0 && args[0] == "client" {
 		os.Exit(clientMain(args[1:]))
+	}
+	if len(args) > 0 && args[0] == "workload" {
+		os.Exit(workloadMain(args[1:]))
 	}
 	if len(args) > 0 && args[0] == "run" {
 		args = args[1:]
