@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -323,14 +324,20 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// listen binds a loopback port below the kernel's ephemeral range (32768
+// and up), so that no outbound connection can hold it when a restarted node
+// binds it again.
 func listen(t testing.TB) net.Listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
+	for tries := 0; tries < 1000; tries++ {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12768)))
+		if err == nil {
+			t.Cleanup(func() { ln.Close() })
+			return ln
+		}
 	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
+	t.Fatal("no free port in 20000-32767")
+	return nil
 }
 
 // testLogger sends a node's logs to t.Log, so they show only when a test
