@@ -202,6 +202,7 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 		Handler:           httpapi.New(node, httpapi.Options{Logger: logger, Registry: reg, Tokens: cfg.tokens, ForwardTLS: cfg.forwardTLS}),
 		TLSConfig:         cfg.apiTLS,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute, // clients keep connections alive; dead ones must not pile up
 	}
 	serveErr := make(chan error, 1)
 	go func() {
