@@ -248,8 +248,8 @@ func (s *extSummary) print(w io.Writer) {
 		if r.Open {
 			end = " (no end mark)"
 		}
-		fmt.Fprintf(w, "  %s %-14s %-3s %-8s %6.2fs%s  ops %4d, failed %4d (%6s)  %s\n", at(r.Start), r.Kind, r.Target, role,
-			time.Duration(r.End-r.Start).Seconds(), end, r.ops.attempted, r.ops.failedAll(), r.ops.share(), nl)
+		fmt.Fprintf(w, "  %s %-14s %-3s %-8s %6.2fs%s  ops %4d, failed %4d (%6s; %d unknown, %d refused)  %s\n", at(r.Start), r.Kind, r.Target, role,
+			time.Duration(r.End-r.Start).Seconds(), end, r.ops.attempted, r.ops.failedAll(), r.ops.share(), r.ops.unknown, r.ops.failed, nl)
 		a := byKind[r.Kind]
 		if a == nil {
 			a = &agg{}
@@ -270,7 +270,7 @@ func (s *extSummary) print(w io.Writer) {
 	}
 	for _, k := range kinds {
 		a := byKind[k]
-		line := fmt.Sprintf("  %-14s x%d: ops %d, failed %d (%s)", k, a.n, a.ops.attempted, a.ops.failedAll(), a.ops.share())
+		line := fmt.Sprintf("  %-14s x%d: ops %d, failed %d (%s; %d unknown, %d refused)", k, a.n, a.ops.attempted, a.ops.failedAll(), a.ops.share(), a.ops.unknown, a.ops.failed)
 		if len(a.toLead) > 0 {
 			med, worst := medianWorst(a.toLead)
 			line += fmt.Sprintf("; time to new leader median %s, worst %s (%d of %d)", ms(med), ms(worst), len(a.toLead), a.n)
@@ -299,7 +299,8 @@ func (s *extSummary) print(w io.Writer) {
 		med, worst := medianWorst(gaps)
 		fmt.Fprintf(w, ", gap median %s, worst %s\n  changes: %s", ms(med), ms(worst), strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(w, "\n(leader sampled every %v on each endpoint; a leader counts once its own endpoint names itself)\n", s.cfg.interval)
+	fmt.Fprintf(w, "\n(leader sampled every %v on each endpoint; a leader counts once its own endpoint names itself.\n"+
+		" Each operation goes to a random endpoint with no failover: \"refused\" ones hit a node that was down.)\n", s.cfg.interval)
 
 	fmt.Fprintf(w, "properties:\n")
 	for _, p := range s.props {
