@@ -1,0 +1,98 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// Ready reports whether a leader is known and this node has applied the log
+// up to the commit index it last heard of. A restarted node hears no commit
+// index from heartbeats (its own starts at 0), so it also waits until it has
+// applied what its log held when it started: until then its state is older
+// than what it served before the restart.
+func (n *Node) Ready() bool {
+	if id, _ := n.Leader(); id == "" {
+		return false
+	}
+	commit := n.raft.CommitIndex()
+	return commit > 0 && n.AppliedThrough(max(commit, n.startIndex))
+}
+
+// Read returns the state machine for reading. Unless stale, it is
+// linearizable: this node must lead, confirm it still does with a quorum,
+// and have applied everything committed before the read began.
+func (n *Node) Read(ctx context.Context, stale bool) (*fsm.Machine, error) {
+	if stale {
+		return n.machine, nil
+	}
+	if !n.IsLeader() {
+		return nil, ErrNotLeader
+	}
+	if n.readyTerm.Load() != n.raft.CurrentTerm() {
+		return nil, ErrNoLeader // a new leader before its Barrier may miss committed entries
+	}
+	commit := n.raft.CommitIndex()
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return nil, raftError("verify leader", err)
+	}
+	if err := n.waitApplied(ctx, commit); err != nil {
+		return nil, err
+	}
+	return n.machine, nil
+}
+
+func (n *Node) waitApplied(ctx context.Context, index uint64) error {
+	if n.AppliedThrough(index) {
+		return nil
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for !n.AppliedThrough(index) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for index %d to apply: %w", index, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// AppliedThrough reports whether the state machine holds the effect of every
+// entry up to index. Raft's AppliedIndex runs ahead of the machine (it counts
+// entries handed to the FSM goroutine), so entries between what the machine
+// applied and index must be ones that change nothing there (no-ops, barriers)
+// or already folded into a snapshot.
+func (n *Node) AppliedThrough(index uint64) bool {
+	if n.raft.AppliedIndex() < index {
+		return false
+	}
+	last := n.fsm.last.Load()
+	if index <= last {
+		return true
+	}
+	if index-last > 1024 {
+		return false // a long gap is still being applied; ask again shortly
+	}
+	snapshot := uint64(0) // read only if needed: Stats is not cheap
+	for i := last + 1; i <= index; i++ {
+		var l raft.Log
+		if err := n.logs.GetLog(i, &l); err != nil {
+			continue // compacted: covered by the snapshot the machine restored
+		}
+		if l.Type != raft.LogCommand && l.Type != raft.LogConfiguration {
+			continue
+		}
+		if snapshot == 0 {
+			snapshot, _ = strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64)
+		}
+		if i > snapshot {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,134 @@
+package raftnode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"time"
+
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// Apply proposes one lock command (acquire, renew or release) and returns
+// the state machine's outcome once the entry is committed on a quorum and
+// applied here. Only the leader can; others return ErrNotLeader.
+func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	switch cmd.Op {
+	case fsm.OpAcquire, fsm.OpRenew, fsm.OpRelease:
+	default:
+		return fsm.Result{}, fmt.Errorf("raftnode: %v is not a lock command", cmd.Op)
+	}
+	if err := ctx.Err(); err != nil {
+		return fsm.Result{}, err
+	}
+	if !n.IsLeader() {
+		return fsm.Result{}, ErrNotLeader
+	}
+	if cmd.Op == fsm.OpAcquire {
+		return n.Acquire(ctx, cmd, 0)
+	}
+	return n.applyAdmitted(cmd)
+}
+
+// applyAdmitted applies a client's command if the bounded queue in front of
+// Raft has room, and sheds it at once with ErrOverloaded otherwise: under
+// overload, fast refusals keep the latency of accepted writes bounded where
+// queueing would grow it without limit. The leader's own entries (ticks,
+// grants to parked waiters) bypass the bound; they must never be shed.
+func (n *Node) applyAdmitted(cmd fsm.Command) (fsm.Result, error) {
+	select {
+	case n.pending <- struct{}{}:
+	default:
+		return fsm.Result{}, ErrOverloaded
+	}
+	defer func() { <-n.pending }()
+	return n.apply(cmd)
+}
+
+// Acquire proposes an acquire. When the lock is held and wait > 0, the
+// request parks on this leader and is granted in arrival order as the lock
+// frees; after wait it gets the held answer. An acquire that does not wait
+// never jumps ahead of parked ones.
+func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error) {
+	if cmd.Op != fsm.OpAcquire {
+		return fsm.Result{}, fmt.Errorf("raftnode: %v is not an acquire", cmd.Op)
+	}
+	if err := ctx.Err(); err != nil {
+		return fsm.Result{}, err
+	}
+	if !n.IsLeader() {
+		return fsm.Result{}, ErrNotLeader
+	}
+	if cmd.LeaseID == "" {
+		cmd.LeaseID = NewLeaseID()
+	}
+	if held, ok := n.heldHere(cmd); ok {
+		if err := n.raft.VerifyLeader().Error(); err != nil {
+			return fsm.Result{}, raftError("verify leader", err)
+		}
+		if wait <= 0 {
+			return held, nil
+		}
+		return n.waiters.wait(ctx, cmd, held, wait)
+	}
+	r, err := n.applyAdmitted(cmd)
+	if err != nil || r.Status != fsm.StatusHeld || wait <= 0 {
+		return r, err
+	}
+	return n.waiters.wait(ctx, cmd, r, wait)
+}
+
+// heldHere answers, from this leader's applied state and without a log
+// entry, an acquire that can only be refused: someone is parked for the lock,
+// or another lease holds it and its deadline has not come on this leader's
+// clock (a tick stamped now would not expire it). A refusal changes nothing,
+// so like a linearizable read it needs only the caller's confirmation that
+// this node still leads (VerifyLeader after the read: a quorum still taking
+// this leader means no other leader can have acknowledged anything since).
+// Polling clients then cost the leader a heartbeat round instead of a
+// replicated, fsynced entry each.
+func (n *Node) heldHere(cmd fsm.Command) (fsm.Result, bool) {
+	term := n.raft.CurrentTerm()
+	if n.readyTerm.Load() != term {
+		return fsm.Result{}, false
+	}
+	holder, held := n.machine.Get(cmd.Name)
+	if held && holder.LeaseID == cmd.LeaseID {
+		return fsm.Result{}, false // a retry by the holder: through the log, it refreshes the lease
+	}
+	if n.waiters.queued(cmd.Name) {
+		return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, true
+	}
+	if !held {
+		return fsm.Result{}, false
+	}
+	c := n.machine.Clock()
+	if c.Term != term || c.Now+(n.clock.Now()-c.Stamp) >= holder.Deadline {
+		return fsm.Result{}, false // due (or no stamp of ours yet): let the log decide
+	}
+	return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, true
+}
+
+// Waiters returns how many acquires are parked on this node.
+func (n *Node) Waiters() int { return n.waiters.size() }
+
+// apply stamps cmd with this leader's clock and commits it through Raft.
+func (n *Node) apply(cmd fsm.Command) (fsm.Result, error) {
+	cmd.Stamp = n.clock.Now()
+	f := n.raft.Apply(cmd.Encode(nil), n.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return fsm.Result{}, raftError("apply "+cmd.Op.String(), err)
+	}
+	r, _ := f.Response().(fsm.Result)
+	return r, nil
+}
+
+// NewLeaseID returns a random 128-bit lease id in URL-safe base64.
+func NewLeaseID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("raftnode: no randomness for a lease id: %v", err))
+	}
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
