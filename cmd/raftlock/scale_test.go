@@ -1,0 +1,541 @@
+package main
+
+// Scale measurements on real `raftlock serve` processes on loopback. They
+// take minutes and are benchmarks only so that `go test` never runs them by
+// accident; each runs once:
+//
+//	go build -o bin/raftlock ./cmd/raftlock
+//	RAFTLOCK_BIN=$PWD/bin/raftlock go test -run=NONE -bench=Scale -benchtime=1x -timeout=60m -v ./cmd/raftlock/
+//
+// RAFTLOCK_SCALE_LOCKS, _EXPIRIES, _HOLDERS and _RENEW_TTL_MS change the sizes
+// (defaults 1,000,000, 100,000, 10,000 and 10s); RAFTLOCK_SCALE_KEEP=DIR
+// keeps the nodes' data dirs and logs there.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func scaleEnv(b *testing.B, key string, def int) int {
+	if v := os.Getenv(key); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("%s=%q: %v", key, v, err)
+		}
+		return n
+	}
+	return def
+}
+
+// procNode is one `raftlock serve` process.
+type procNode struct {
+	id, httpAddr, raftAddr, dir, logPath string
+	args                                 []string
+	cmd                                  *exec.Cmd
+}
+
+func (n *procNode) url() string { return "http://" + n.httpAddr }
+
+// procCluster is three `raftlock serve` processes.
+type procCluster struct {
+	b     *testing.B
+	bin   string
+	nodes []*procNode
+}
+
+func freeAddr(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startProcCluster(b *testing.B, extra ...string) *procCluster {
+	bin := os.Getenv("RAFTLOCK_BIN")
+	if bin == "" {
+		bin = filepath.Join(b.TempDir(), "raftlock")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			b.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
+	c := &procCluster{b: b, bin: bin}
+	root := b.TempDir()
+	if keep := os.Getenv("RAFTLOCK_SCALE_KEEP"); keep != "" {
+		root = filepath.Join(keep, b.Name())
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var peers []string
+	for i := 1; i <= 3; i++ {
+		n := &procNode{id: fmt.Sprintf("n%d", i), httpAddr: freeAddr(b), raftAddr: freeAddr(b), dir: filepath.Join(root, fmt.Sprintf("n%d", i))}
+		n.logPath = n.dir + ".log"
+		peers = append(peers, n.id+"="+n.raftAddr)
+		c.nodes = append(c.nodes, n)
+	}
+	for _, n := range c.nodes {
+		n.args = append([]string{"serve", "--id", n.id, "--data-dir", n.dir, "--http-addr", n.httpAddr,
+			"--raft-addr", n.raftAddr, "--peers", strings.Join(peers, ",")}, extra...)
+		c.start(n)
+	}
+	b.Cleanup(func() {
+		for _, n := range c.nodes {
+			c.stop(n)
+		}
+	})
+	c.leader(30 * time.Second)
+	return c
+}
+
+func (c *procCluster) start(n *procNode) {
+	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.b.Fatal(err)
+	}
+	n.cmd = exec.Command(c.bin, n.args...)
+	n.cmd.Stdout, n.cmd.Stderr = f, f
+	if err := n.cmd.Start(); err != nil {
+		c.b.Fatal(err)
+	}
+	f.Close()
+}
+
+// stop sends SIGTERM and waits for the process to exit.
+func (c *procCluster) stop(n *procNode) {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = n.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-done
+	}
+	n.cmd = nil
+}
+
+// leader waits until a node names a leader and returns it.
+func (c *procCluster) leader(timeout time.Duration) *procNode {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, n := range c.nodes {
+			t := &httpTarget{hc: http.DefaultClient, endpoints: []string{n.url()}}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := t.discover(ctx)
+			cancel()
+			if err != nil {
+				continue
+			}
+			for _, m := range c.nodes {
+				if m.url() == t.base() {
+					return m
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.b.Fatal("no leader")
+	return nil
+}
+
+func (c *procCluster) target(workers int) *httpTarget {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := newHTTPTarget(ctx, []string{c.nodes[0].url(), c.nodes[1].url(), c.nodes[2].url()}, workers)
+	if err != nil {
+		c.b.Fatal(err)
+	}
+	return t
+}
+
+// waitReady polls /readyz until 200 and returns how long that took.
+func waitReady(b *testing.B, n *procNode, since time.Time, timeout time.Duration) time.Duration {
+	for time.Since(since) < timeout {
+		resp, err := http.Get(n.url() + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(since)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Fatalf("%s not ready after %s", n.id, timeout)
+	return 0
+}
+
+// rssMiB is a process's resident set size.
+func rssMiB(n *procNode) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return -1
+}
+
+// cpuSeconds is a process's user+system CPU time so far.
+func cpuSeconds(n *procNode) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// metric reads one unlabelled sample from a node's /metrics.
+func metric(n *procNode, name string) (float64, error) {
+	resp, err := http.Get(n.url() + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s", n.id, name)
+}
+
+// snapshotTimes returns the durations of the snapshots a node's log records
+// (from "starting snapshot up to" to "snapshot complete up to").
+func snapshotTimes(n *procNode) []time.Duration {
+	b, _ := os.ReadFile(n.logPath)
+	var out []time.Duration
+	var start time.Time
+	for _, line := range strings.Split(string(b), "\n") {
+		ts, _, _ := strings.Cut(line, " ")
+		t, err := time.Parse("2006-01-02T15:04:05.000Z0700", ts)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(line, "starting snapshot up to"):
+			start = t
+		case strings.Contains(line, "snapshot complete up to") && !start.IsZero():
+			out = append(out, t.Sub(start))
+			start = time.Time{}
+		}
+	}
+	return out
+}
+
+// snapshotBytes is the size of the newest complete snapshot in a data dir
+// (the snapshot store names them term-index-millis; in-progress ones end
+// in .tmp).
+func snapshotBytes(n *procNode) int64 {
+	files, _ := filepath.Glob(filepath.Join(n.dir, "snapshots", "*", "state.bin"))
+	var newest int64
+	best := ""
+	for _, f := range files {
+		dir := filepath.Base(filepath.Dir(f))
+		if strings.HasSuffix(dir, ".tmp") || dir < best {
+			continue
+		}
+		if fi, err := os.Stat(f); err == nil {
+			newest, best = fi.Size(), dir
+		}
+	}
+	return newest
+}
+
+// load acquires locks prefix0..prefix(n-1) with workers in parallel; ttl(i)
+// gives each lease's TTL at the moment it is sent.
+func load(b *testing.B, t *httpTarget, prefix string, n, workers int, ttl func() time.Duration) (time.Duration, int64) {
+	var next, failed atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := t.acquire(ctx, prefix+strconv.FormatInt(i, 10), "scale", scaleLeaseID(prefix, i), ttl())
+				cancel()
+				if err != nil {
+					if failed.Add(1) <= 3 {
+						b.Logf("worker %d: acquire %d: %v", w, i, err)
+					}
+
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > int64(n/100) {
+		b.Fatalf("%d of %d acquires failed", failed.Load(), n)
+	}
+	return time.Since(start), failed.Load()
+}
+
+// scaleLeaseID is the lease id of lock prefix+i, so that a renewer can
+// find it again.
+func scaleLeaseID(prefix string, i int64) string {
+	return "scale-lease-" + strings.TrimSuffix(prefix, "/") + "-" + strconv.FormatInt(i, 10)
+}
+
+// BenchmarkScaleHeldLocks holds 1M locks on three nodes and reports RSS per
+// node, snapshot size and time, and how long a node takes to restart from
+// its data dir (log replay, then from a snapshot).
+func BenchmarkScaleHeldLocks(b *testing.B) {
+	n := scaleEnv(b, "RAFTLOCK_SCALE_LOCKS", 1_000_000)
+	// No snapshot while loading: the log grows to n entries, so the first
+	// restart replays it all; then a lower threshold makes one snapshot.
+	c := startProcCluster(b, "--snapshot-threshold", strconv.Itoa(4*n), "--trailing-logs", "10240", "--snapshot-interval", "2s")
+	t := c.target(64)
+	took, failed := load(b, t, "held/", n, 64, func() time.Duration { return time.Hour })
+	b.Logf("loaded %d locks in %s (%.0f acquires/s), %d failed", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), failed)
+	b.ReportMetric(float64(n)/took.Seconds(), "load-acquires/s")
+	time.Sleep(3 * time.Second) // followers catch up
+	for _, nd := range c.nodes {
+		held, _ := metric(nd, "raftlock_leases_held")
+		heap, _ := metric(nd, "go_memstats_heap_inuse_bytes")
+		b.Logf("%s: RSS %.0f MiB, Go heap in use %.0f MiB, leases held %.0f", nd.id, rssMiB(nd), heap/(1<<20), held)
+		b.ReportMetric(rssMiB(nd), nd.id+"-rss-MiB")
+	}
+
+	// Restart a follower: it replays the whole log (no snapshot yet).
+	ld := c.leader(10 * time.Second)
+	f := c.nodes[0]
+	if f == ld {
+		f = c.nodes[1]
+	}
+	c.stop(f)
+	start := time.Now()
+	c.start(f)
+	replay := waitReady(b, f, start, 10*time.Minute)
+	b.Logf("%s restart with %d log entries, no snapshot: ready after %s, RSS %.0f MiB", f.id, n, replay.Round(time.Millisecond), rssMiB(f))
+	b.ReportMetric(replay.Seconds(), "restart-replay-s")
+
+	// Snapshot on every node: restart each with a low threshold.
+	for _, nd := range c.nodes {
+		c.stop(nd)
+		for i, a := range nd.args {
+			if a == "--snapshot-threshold" {
+				nd.args[i+1] = "1024"
+			}
+		}
+		c.start(nd)
+	}
+	c.leader(time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
+	for _, nd := range c.nodes {
+		for (len(snapshotTimes(nd)) == 0 || snapshotBytes(nd) == 0) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		snaps := snapshotTimes(nd)
+		if len(snaps) == 0 {
+			b.Fatalf("%s took no snapshot", nd.id)
+		}
+		b.Logf("%s: snapshot of %d locks: %d taken, first %s (sort+write+compact), %.1f MiB on disk; RSS %.0f MiB", nd.id, n, len(snaps), snaps[0].Round(time.Millisecond), float64(snapshotBytes(nd))/(1<<20), rssMiB(nd))
+		if nd == c.nodes[0] {
+			b.ReportMetric(snaps[0].Seconds(), "snapshot-s")
+			b.ReportMetric(float64(snapshotBytes(nd))/(1<<20), "snapshot-MiB")
+		}
+	}
+	ld = c.leader(10 * time.Second)
+	f = c.nodes[0]
+	if f == ld {
+		f = c.nodes[1]
+	}
+	c.stop(f)
+	start = time.Now()
+	c.start(f)
+	fromSnap := waitReady(b, f, start, 10*time.Minute)
+	b.Logf("%s restart from snapshot: ready after %s, RSS %.0f MiB", f.id, fromSnap.Round(time.Millisecond), rssMiB(f))
+	b.ReportMetric(fromSnap.Seconds(), "restart-snapshot-s")
+	for _, nd := range c.nodes {
+		b.Logf("%s: RSS %.0f MiB after restarts", nd.id, rssMiB(nd))
+	}
+}
+
+// BenchmarkScaleExpiry makes 100k leases expire at one moment (each acquire
+// gets the TTL left until then) while 16 workers run acquire+release
+// cycles on other locks, and reports how long the expired locks took to be
+// free and the workers' acquire latency meanwhile.
+func BenchmarkScaleExpiry(b *testing.B) {
+	n := scaleEnv(b, "RAFTLOCK_SCALE_EXPIRIES", 100_000)
+	c := startProcCluster(b)
+	t := c.target(64)
+	// Aim the expiry well past the end of loading, at ~1,000 acquires/s at worst.
+	at := time.Now().Add(time.Duration(n)*time.Millisecond + 15*time.Second)
+	took, failed := load(b, t, "exp/", n, 64, func() time.Duration {
+		return time.Until(at).Round(time.Millisecond)
+	})
+	b.Logf("loaded %d leases in %s, %d failed; expiring at +%s", n, took.Round(time.Millisecond), failed, time.Until(at).Round(time.Millisecond))
+	if time.Until(at) < 5*time.Second {
+		b.Fatalf("loading ended %s before the expiry: too slow", time.Until(at))
+	}
+	ld := c.leader(time.Second)
+
+	// Background load from 5s before the expiry until 5s after it.
+	const bgWorkers = 16
+	cfg := benchConfig{workers: bgWorkers, locks: bgWorkers, ttl: 10 * time.Second, prefix: "bg/"}
+	bn := newBench(cfg, t, 5*time.Second)
+	type sample struct {
+		at time.Time
+		d  time.Duration
+	}
+	var mu sync.Mutex
+	var samples []sample
+	sleepCtx(context.Background(), time.Until(at.Add(-5*time.Second)))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range bgWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				name, id := fmt.Sprintf("bg/%d", w), fmt.Sprintf("background-lease-%d-%d", w, i)
+				s := time.Now()
+				_, err := t.acquire(context.Background(), name, "bg", id, cfg.ttl)
+				d := time.Since(s)
+				if err != nil {
+					bn.fail(err)
+					sleepCtx(ctx, 10*time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				samples = append(samples, sample{s, d})
+				mu.Unlock()
+				if err := t.release(context.Background(), name, id); err != nil {
+					bn.fail(err)
+				}
+			}
+		}()
+	}
+	// Cleared: the leader holds no more than the background workers can,
+	// and a list of the prefix comes back empty.
+	var cleared time.Duration
+	for {
+		held, err := metric(ld, "raftlock_leases_held")
+		if err == nil && held <= bgWorkers && time.Now().After(at) {
+			var out struct {
+				Locks []any `json:"locks"`
+			}
+			if t.get(context.Background(), ld.url()+"/v1/locks?prefix=exp/&limit=1", &out) == nil && len(out.Locks) == 0 {
+				cleared = time.Since(at)
+				break
+			}
+		}
+		if time.Since(at) > time.Minute {
+			b.Fatalf("expired leases not cleared a minute after their expiry (held %v)", held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	sleepCtx(context.Background(), time.Until(at.Add(5*time.Second)))
+	cancel()
+	wg.Wait()
+	var before, during []time.Duration
+	for _, s := range samples {
+		if s.at.Before(at.Add(-100 * time.Millisecond)) {
+			before = append(before, s.d)
+		} else if s.at.Before(at.Add(cleared + 500*time.Millisecond)) {
+			during = append(during, s.d)
+		}
+	}
+	bs, ds := newOpStats(before), newOpStats(during)
+	b.Logf("%d leases expiring together: all free %s after their expiry", n, cleared.Round(time.Millisecond))
+	b.Logf("acquire, %d workers, 5s before: n=%d p50 %.2f p99 %.2f max %.2f ms", bgWorkers, bs.Count, bs.P50, bs.P99, bs.Max)
+	b.Logf("acquire from expiry to clear+0.5s: n=%d p50 %.2f p99 %.2f max %.2f ms; errors %v", ds.Count, ds.P50, ds.P99, ds.Max, bn.errKind)
+	b.ReportMetric(cleared.Seconds(), "clear-s")
+	b.ReportMetric(ds.P99, "acquire-p99-during-ms")
+	b.ReportMetric(ds.Max, "acquire-max-during-ms")
+}
+
+// BenchmarkScaleRenewal keeps 10,000 leases held by renewing each every
+// TTL/3 for 30s, and reports renew latency, leases lost and leader CPU.
+func BenchmarkScaleRenewal(b *testing.B) {
+	n := scaleEnv(b, "RAFTLOCK_SCALE_HOLDERS", 10_000)
+	ttl := time.Duration(scaleEnv(b, "RAFTLOCK_SCALE_RENEW_TTL_MS", 10_000)) * time.Millisecond
+	c := startProcCluster(b)
+	t := c.target(256)
+	took, failed := load(b, t, "ren/", n, 64, func() time.Duration { return ttl })
+	b.Logf("%d holders acquired in %s, %d failed", n, took.Round(time.Millisecond), failed)
+	ld := c.leader(time.Second)
+	const runFor = 30 * time.Second
+	var mu sync.Mutex
+	var lat []time.Duration
+	var lost, errs atomic.Int64
+	cpu0, t0 := cpuSeconds(ld), time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), runFor)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name, id := "ren/"+strconv.Itoa(i), scaleLeaseID("ren/", int64(i))
+			// Spread the holders over the first interval.
+			sleepCtx(ctx, time.Duration(int64(ttl/3)*int64(i)/int64(n)))
+			tk := time.NewTicker(ttl / 3)
+			defer tk.Stop()
+			for ctx.Err() == nil {
+				s := time.Now()
+				rctx, rcancel := context.WithTimeout(context.Background(), ttl/3)
+				_, err := t.renew(rctx, name, id, ttl)
+				rcancel()
+				d := time.Since(s)
+				switch {
+				case err == nil:
+					mu.Lock()
+					lat = append(lat, d)
+					mu.Unlock()
+				case errKind(err) == kindNotHolder:
+					lost.Add(1)
+					return
+				default:
+					errs.Add(1)
+				}
+				select {
+				case <-ctx.Done():
+				case <-tk.C:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	cpu := (cpuSeconds(ld) - cpu0) / el.Seconds()
+	s := newOpStats(lat)
+	b.Logf("%d holders, TTL %s, renew every %s for %s: %.0f renews/s, p50 %.2f p95 %.2f p99 %.2f max %.2f ms; %d leases lost, %d other errors; leader CPU %.0f%% of one core, RSS %.0f MiB",
+		n, ttl, ttl/3, runFor, float64(s.Count)/el.Seconds(), s.P50, s.P95, s.P99, s.Max, lost.Load(), errs.Load(), 100*cpu, rssMiB(ld))
+	b.ReportMetric(float64(s.Count)/el.Seconds(), "renews/s")
+	b.ReportMetric(s.P99, "renew-p99-ms")
+	b.ReportMetric(float64(lost.Load()), "lost")
+}
