@@ -185,7 +185,7 @@ func (r *runner) setup() error {
 		}
 	}
 	extra := []string{"--election-timeout", "500ms", "--heartbeat-timeout", "500ms",
-		"--snapshot-threshold", "64", "--trailing-logs", "16"}
+		"--snapshot-threshold", "16", "--trailing-logs", "4"}
 	help, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
 	r.snapWait = r.cfg.snapWait
 	if strings.Contains(string(help), "snapshot-interval") {
