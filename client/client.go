@@ -132,7 +132,9 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	}
 	if c.hc == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 16
+		// Services share one client across many goroutines: keep enough idle
+		// connections that they are reused rather than re-dialled.
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 64
 		if c.tls != nil {
 			t.TLSClientConfig = c.tls.Clone()
 		}
