@@ -105,6 +105,10 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	defer m.mu.Unlock()
 	m.advance(index, term, c.Stamp)
 	freed, expired := m.expireDue()
+	if c.Op == OpAcquire || c.Op == OpRenew || c.Op == OpRelease {
+		f, x := m.settleName(c.Name)
+		freed, expired = append(freed, f...), expired+x
+	}
 	var r Result
 	switch c.Op {
 	case OpAcquire:
@@ -148,30 +152,64 @@ func (m *Machine) advance(index, term uint64, stamp int64) {
 	}
 }
 
-// expireDue ends every lease and lock-delay whose time has come. It runs on
-// every entry, so all replicas expire a lease at the same log position.
+// MaxExpiriesPerEntry bounds how many timers (lease expiries and ends of
+// lock-delay) one entry settles, so that 100,000 leases due at one moment do
+// not hold the machine in one long Apply: the leader ticks again at once
+// while more are due, and a command on a lock always settles that lock
+// first. Replicas must agree on it: changing it is a log format change.
+const MaxExpiriesPerEntry = 4096
+
+// expireDue ends the leases and lock-delays whose time has come, earliest
+// first, at most MaxExpiriesPerEntry of them. It runs on every entry, so all
+// replicas expire a lease at the same log position.
 func (m *Machine) expireDue() (freed []string, expired int) {
-	for len(m.timers) > 0 && m.timers[0].until <= m.clock.Now {
-		e := m.timers[0]
-		if !e.delayed && e.lock.LockDelay > 0 {
-			// Chubby/Consul lock-delay: a holder that vanished may still be
-			// writing, so keep the lock from new holders for a while.
-			e.delayed = true
-			e.until = m.clock.Now + e.lock.LockDelay*1e6
-			m.held--
-			expired++
-			heap.Fix(&m.timers, 0)
-			continue
+	for n := 0; n < MaxExpiriesPerEntry && len(m.timers) > 0 && m.timers[0].until <= m.clock.Now; n++ {
+		name, ended := m.settle(m.timers[0])
+		if name != "" {
+			freed = append(freed, name)
 		}
-		heap.Pop(&m.timers)
-		if !e.delayed {
-			m.held--
+		if ended {
 			expired++
 		}
-		delete(m.locks, e.lock.Name)
-		freed = append(freed, e.lock.Name)
 	}
 	return freed, expired
+}
+
+// settleName settles name's timer if it is due, whatever the cap left, so
+// the command about to act on name sees it as of now.
+func (m *Machine) settleName(name string) (freed []string, expired int) {
+	if e, ok := m.locks[name]; ok && e.until <= m.clock.Now {
+		n, ended := m.settle(e)
+		if n != "" {
+			freed = append(freed, n)
+		}
+		if ended {
+			expired++
+		}
+	}
+	return freed, expired
+}
+
+// settle moves a due entry on: a lease with lock-delay into its delay, any
+// other lease or an ended delay out of the table. It returns the lock's name
+// if the lock became free, and whether a lease ended.
+func (m *Machine) settle(e *entry) (freed string, leaseEnded bool) {
+	if !e.delayed && e.lock.LockDelay > 0 {
+		// Chubby/Consul lock-delay: a holder that vanished may still be
+		// writing, so keep the lock from new holders for a while.
+		e.delayed = true
+		e.until = m.clock.Now + e.lock.LockDelay*1e6
+		m.held--
+		heap.Fix(&m.timers, e.slot)
+		return "", true
+	}
+	heap.Remove(&m.timers, e.slot)
+	if !e.delayed {
+		m.held--
+		leaseEnded = true
+	}
+	delete(m.locks, e.lock.Name)
+	return e.lock.Name, leaseEnded
 }
 
 func (m *Machine) acquire(index uint64, c Command) Result {

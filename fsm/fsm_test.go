@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"reflect"
+	"strconv"
 	"testing"
 )
 
@@ -329,5 +330,37 @@ func TestListByPrefixSortedAndLimited(t *testing.T) {
 	all, truncated := l.m.List("", 0)
 	if len(all) != 4 || truncated {
 		t.Fatalf("list all: %d truncated=%v", len(all), truncated)
+	}
+}
+
+// One entry settles at most MaxExpiriesPerEntry timers, earliest first; a
+// command on a due lock settles that lock whatever the cap left.
+func TestExpiriesPerEntryAreBounded(t *testing.T) {
+	l := newLog(t).at(0)
+	const total = MaxExpiriesPerEntry*2 + 100
+	for i := 0; i < total-1; i++ {
+		l.apply(acquire("due/"+strconv.Itoa(i), "L", int64(1000+i%10)))
+	}
+	l.apply(acquire("latest", "L", 1500)) // due last: the cap leaves it for later
+	r := l.at(5000).apply(acquire("latest", "other", 1000))
+	if r.Status != StatusOK {
+		t.Fatalf("acquire of a due lock beyond the cap: %v", r.Status)
+	}
+	if r.Expired != MaxExpiriesPerEntry+1 {
+		t.Fatalf("expired %d in one entry, want %d (the cap, plus the lock acted on)", r.Expired, MaxExpiriesPerEntry+1)
+	}
+	r = l.apply(tick())
+	if r.Expired != MaxExpiriesPerEntry || len(r.Freed) != MaxExpiriesPerEntry {
+		t.Fatalf("second entry: expired %d freed %d", r.Expired, len(r.Freed))
+	}
+	r = l.apply(tick())
+	if want := total - 2*MaxExpiriesPerEntry - 1; r.Expired != want {
+		t.Fatalf("third entry: expired %d, want %d", r.Expired, want)
+	}
+	if held := l.m.HeldCount(); held != 1 {
+		t.Fatalf("%d leases held, want only the new one", held)
+	}
+	if _, due := l.m.NextTimer(); !due {
+		t.Fatal("the new lease has no timer")
 	}
 }
