@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,12 +43,13 @@ Flags:
 
 // serveConfig is what the serve flags say.
 type serveConfig struct {
-	node     raftnode.Config
-	httpAddr string
-	dev      bool
-	tempDir  bool // the data dir is a temporary one --dev made: remove it on exit
-	logLevel string
-	logJSON  bool
+	node      raftnode.Config
+	httpAddr  string
+	dev       bool
+	tempDir   bool // the data dir is a temporary one --dev made: remove it on exit
+	logLevel  string
+	logJSON   bool
+	debugAddr string
 
 	apiTLS     *tls.Config     // HTTPS server config; nil: plain HTTP
 	forwardTLS *tls.Config     // client config for forwarding to the leader
@@ -71,6 +73,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&c.dev, "dev", false, "one node with a fresh temporary data dir on 127.0.0.1:8001")
 	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty, never on the API port")
 	fs.DurationVar(&c.node.ElectionTimeout, "election-timeout", time.Second, "Raft election timeout")
 	fs.DurationVar(&c.node.HeartbeatTimeout, "heartbeat-timeout", time.Second, "Raft heartbeat timeout")
 	fs.Uint64Var(&c.node.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
@@ -204,6 +207,12 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute, // clients keep connections alive; dead ones must not pile up
 	}
+	if cfg.debugAddr != "" {
+		if err := serveDebug(cfg.debugAddr, logger); err != nil {
+			node.Close()
+			return err
+		}
+	}
 	serveErr := make(chan error, 1)
 	go func() {
 		if cfg.apiTLS != nil {
@@ -232,5 +241,23 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	if shutdownErr != nil {
 		logger.Warn("raft shutdown", "error", shutdownErr)
 	}
+	return nil
+}
+
+// serveDebug serves net/http/pprof on its own listener, so profiles are
+// never reachable through the API port (nor its auth).
+func serveDebug(addr string, logger hclog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("debug address %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	go http.Serve(ln, mux)
+	logger.Info("serving pprof", "addr", ln.Addr().String())
 	return nil
 }

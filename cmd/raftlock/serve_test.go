@@ -41,6 +41,12 @@ func TestParseServe(t *testing.T) {
 					t.Errorf("%+v", c)
 				}
 			}},
+		{name: "debug address", args: []string{"--id", "n1", "--data-dir", "d", "--debug-addr", "127.0.0.1:6060"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.debugAddr != "127.0.0.1:6060" {
+					t.Errorf("debug addr %q", c.debugAddr)
+				}
+			}},
 		{name: "missing id", args: []string{"--data-dir", "d"}, wantErr: "--id is required"},
 		{name: "missing data dir", args: []string{"--id", "n1"}, wantErr: "--data-dir is required"},
 		{name: "bad peers", args: []string{"--id", "n1", "--data-dir", "d", "--peers", "n1:9001"}, wantErr: "--peers"},
