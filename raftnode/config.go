@@ -55,6 +55,9 @@ type Config struct {
 	MaxWaitersPerLock int
 	MaxWaiters        int
 
+	// barrier replaces raft's Barrier in tests that need it to fail.
+	barrier func() error
+
 	Clock  Clock        // monotonic clock stamped into entries; nil: the system clock
 	Logger hclog.Logger // nil: a default logger
 }

@@ -105,7 +105,12 @@ func (n *Node) leaderLoop(ctx context.Context) {
 // rest of its term. It returns false once leadership is gone.
 func (n *Node) barrier(ctx context.Context, log hclog.Logger) bool {
 	for {
-		err := n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		var err error
+		if n.cfg.barrier != nil {
+			err = n.cfg.barrier()
+		} else {
+			err = n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		}
 		if err == nil {
 			return true
 		}

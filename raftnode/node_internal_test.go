@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
 )
 
@@ -81,5 +82,43 @@ func TestWritesBeyondTheBoundAreShedButTicksAreNot(t *testing.T) {
 	<-n.pending
 	if r, err := n.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: "b", LeaseID: "lease-0123456789abcdef", TTL: 1000}); err != nil || r.Status != fsm.StatusOK {
 		t.Fatalf("acquire once room is back: %v %v", r.Status, err)
+	}
+}
+
+// Regression (found by reading, during the checker work): Barrier fails at
+// once while a leadership transfer is in progress. A new leader used to give
+// up its leader loop on that, serving no linearizable reads and expiring no
+// leases for the rest of its term if the transfer then timed out.
+func TestLeaderRetriesBarrierRefusedDuringTransfer(t *testing.T) {
+	var calls atomic.Int32
+	clock := &manualClock{}
+	n := startSingle(t, Config{Clock: clock, barrier: func() error {
+		if calls.Add(1) <= 3 {
+			return raft.ErrLeadershipTransferInProgress
+		}
+		return nil
+	}})
+	if calls.Load() < 4 {
+		t.Fatalf("barrier called %d times", calls.Load())
+	}
+	ctx := context.Background()
+	if _, err := n.Read(ctx, false); err != nil {
+		t.Fatalf("linearizable read after the retried barrier: %v", err)
+	}
+	lease := fsm.Command{Op: fsm.OpAcquire, Name: "a", LeaseID: "lease-0123456789abcdef", TTL: 1000}
+	if r, err := n.Apply(ctx, lease); err != nil || r.Status != fsm.StatusOK {
+		t.Fatalf("acquire: %v %v", r.Status, err)
+	}
+	clock.now.Add(int64(time.Second))
+	n.changed <- struct{}{} // wake the leader loop: the manual clock has no timers
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := n.machine.Get("a"); !ok {
+			return // the leader loop ticked and the lease expired
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the leader loop never expired the lease")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
