@@ -219,6 +219,19 @@ func (c *cli) client() (*client.Client, int, bool) {
 	return cl, exitOK, true
 }
 
+// withClient runs do with a client of the endpoints and a context bounded by
+// --timeout, and returns do's exit code.
+func (c *cli) withClient(do func(ctx context.Context, cl *client.Client) int) int {
+	cl, code, ok := c.client()
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	ctx, cancel := c.conn.ctx()
+	defer cancel()
+	return do(ctx, cl)
+}
+
 // fail reports err in one line on stderr (and, with --json, as
 // {"error", "message"} on stdout) and returns its exit code.
 func (c *cli) fail(err error) int {

@@ -89,36 +89,31 @@ func clusterStatusCmd(args []string, stdout, stderr io.Writer, environ env) int 
 	if _, code, ok := c.parse(args, environ, 0, 0); !ok {
 		return code
 	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	defer cl.Close()
-	ctx, cancel := c.conn.ctx()
-	defer cancel()
-	cs, err := cl.Cluster(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	if c.conn.json {
-		if cs.Nodes == nil {
-			cs.Nodes = []client.Node{}
+	return c.withClient(func(ctx context.Context, cl *client.Client) int {
+		cs, err := cl.Cluster(ctx)
+		if err != nil {
+			return c.fail(err)
 		}
-		c.printJSON(cs)
+		if c.conn.json {
+			if cs.Nodes == nil {
+				cs.Nodes = []client.Node{}
+			}
+			c.printJSON(cs)
+			return exitOK
+		}
+		leader := cs.Leader
+		if leader == "" {
+			leader = "none"
+		}
+		fmt.Fprintf(stdout, "leader %s, term %d, commit index %d, applied index %d\n", leader, cs.Term, cs.CommitIndex, cs.AppliedIndex)
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tRAFT\tHTTP\tVOTER\tLEADER")
+		for _, n := range cs.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.ID, n.RaftAddr, orDash(n.HTTPAddr), yesNo(n.Voter), yesNo(n.Leader))
+		}
+		tw.Flush()
 		return exitOK
-	}
-	leader := cs.Leader
-	if leader == "" {
-		leader = "none"
-	}
-	fmt.Fprintf(stdout, "leader %s, term %d, commit index %d, applied index %d\n", leader, cs.Term, cs.CommitIndex, cs.AppliedIndex)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tRAFT\tHTTP\tVOTER\tLEADER")
-	for _, n := range cs.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.ID, n.RaftAddr, orDash(n.HTTPAddr), yesNo(n.Voter), yesNo(n.Leader))
-	}
-	tw.Flush()
-	return exitOK
+	})
 }
 
 func orDash(s string) string {
@@ -163,22 +158,17 @@ func clusterLeaveCmd(args []string, stdout, stderr io.Writer, environ env) int {
 
 // clusterChange runs one membership change and reports it.
 func (c *cli) clusterChange(change func(*client.Client, context.Context) error, jsonOut any, text string) int {
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	defer cl.Close()
-	ctx, cancel := c.conn.ctx()
-	defer cancel()
-	if err := change(cl, ctx); err != nil {
-		return c.fail(err)
-	}
-	if c.conn.json {
-		c.printJSON(jsonOut)
+	return c.withClient(func(ctx context.Context, cl *client.Client) int {
+		if err := change(cl, ctx); err != nil {
+			return c.fail(err)
+		}
+		if c.conn.json {
+			c.printJSON(jsonOut)
+			return exitOK
+		}
+		fmt.Fprintln(c.stdout, text)
 		return exitOK
-	}
-	fmt.Fprintln(c.stdout, text)
-	return exitOK
+	})
 }
 
 func clusterTransferCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -192,31 +182,26 @@ func clusterTransferCmd(args []string, stdout, stderr io.Writer, environ env) in
 	if len(pos) == 1 {
 		target = pos[0]
 	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	defer cl.Close()
-	ctx, cancel := c.conn.ctx()
-	defer cancel()
-	old := ""
-	if cs, err := cl.Cluster(ctx); err == nil {
-		old = cs.Leader
-	}
-	if err := cl.TransferLeadership(ctx, target); err != nil {
-		return c.fail(err)
-	}
-	leader := newLeader(ctx, cl, old)
-	if c.conn.json {
-		c.printJSON(map[string]any{"leader": leader, "previous_leader": old})
+	return c.withClient(func(ctx context.Context, cl *client.Client) int {
+		old := ""
+		if cs, err := cl.Cluster(ctx); err == nil {
+			old = cs.Leader
+		}
+		if err := cl.TransferLeadership(ctx, target); err != nil {
+			return c.fail(err)
+		}
+		leader := newLeader(ctx, cl, old)
+		if c.conn.json {
+			c.printJSON(map[string]any{"leader": leader, "previous_leader": old})
+			return exitOK
+		}
+		if leader == "" {
+			fmt.Fprintf(stdout, "leadership transferred from %s\n", old)
+			return exitOK
+		}
+		fmt.Fprintf(stdout, "leadership transferred from %s to %s\n", old, leader)
 		return exitOK
-	}
-	if leader == "" {
-		fmt.Fprintf(stdout, "leadership transferred from %s\n", old)
-		return exitOK
-	}
-	fmt.Fprintf(stdout, "leadership transferred from %s to %s\n", old, leader)
-	return exitOK
+	})
 }
 
 // newLeader asks the cluster who leads now, for a short while, until the

@@ -177,19 +177,14 @@ func renewCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	if *ttl < 0 {
 		return c.usageError(errors.New("--ttl must not be negative"))
 	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	defer cl.Close()
-	ctx, cancel := c.conn.ctx()
-	defer cancel()
-	info, err := cl.Renew(ctx, pos[0], *id, *ttl)
-	if err != nil {
-		return c.fail(err)
-	}
-	printLock(c, info)
-	return exitOK
+	return c.withClient(func(ctx context.Context, cl *client.Client) int {
+		info, err := cl.Renew(ctx, pos[0], *id, *ttl)
+		if err != nil {
+			return c.fail(err)
+		}
+		printLock(c, info)
+		return exitOK
+	})
 }
 
 func releaseCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -203,20 +198,15 @@ func releaseCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	if err := checkGivenLeaseID(*id); err != nil {
 		return c.usageError(err)
 	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	defer cl.Close()
-	ctx, cancel := c.conn.ctx()
-	defer cancel()
-	if err := cl.Release(ctx, pos[0], *id); err != nil {
-		return c.fail(err)
-	}
-	if c.conn.json {
-		c.printJSON(map[string]any{"name": pos[0], "released": true})
+	return c.withClient(func(ctx context.Context, cl *client.Client) int {
+		if err := cl.Release(ctx, pos[0], *id); err != nil {
+			return c.fail(err)
+		}
+		if c.conn.json {
+			c.printJSON(map[string]any{"name": pos[0], "released": true})
+			return exitOK
+		}
+		fmt.Fprintf(stdout, "released %s\n", pos[0])
 		return exitOK
-	}
-	fmt.Fprintf(stdout, "released %s\n", pos[0])
-	return exitOK
+	})
 }

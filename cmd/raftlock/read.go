@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -76,19 +77,14 @@ func getCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	if !ok {
 		return code
 	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	defer cl.Close()
-	ctx, cancel := c.conn.ctx()
-	defer cancel()
-	info, err := cl.Get(ctx, pos[0], *stale)
-	if err != nil {
-		return c.fail(err)
-	}
-	printLock(c, info)
-	return exitOK
+	return c.withClient(func(ctx context.Context, cl *client.Client) int {
+		info, err := cl.Get(ctx, pos[0], *stale)
+		if err != nil {
+			return c.fail(err)
+		}
+		printLock(c, info)
+		return exitOK
+	})
 }
 
 func listCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -109,40 +105,35 @@ func listCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	if *limit < 0 {
 		return c.usageError(errors.New("--limit must not be negative"))
 	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	defer cl.Close()
-	ctx, cancel := c.conn.ctx()
-	defer cancel()
-	list, err := cl.List(ctx, *prefix, *limit)
-	if err != nil {
-		return c.fail(err)
-	}
-	if c.conn.json {
-		out := struct {
-			Locks     []lockOut `json:"locks"`
-			Truncated bool      `json:"truncated"`
-		}{Locks: []lockOut{}, Truncated: list.Truncated}
-		for i := range list.Locks {
-			out.Locks = append(out.Locks, toLockOut(&list.Locks[i]))
+	return c.withClient(func(ctx context.Context, cl *client.Client) int {
+		list, err := cl.List(ctx, *prefix, *limit)
+		if err != nil {
+			return c.fail(err)
 		}
-		c.printJSON(out)
+		if c.conn.json {
+			out := struct {
+				Locks     []lockOut `json:"locks"`
+				Truncated bool      `json:"truncated"`
+			}{Locks: []lockOut{}, Truncated: list.Truncated}
+			for i := range list.Locks {
+				out.Locks = append(out.Locks, toLockOut(&list.Locks[i]))
+			}
+			c.printJSON(out)
+			return exitOK
+		}
+		if len(list.Locks) == 0 {
+			fmt.Fprintln(stdout, "no locks held")
+			return exitOK
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tTTL")
+		for _, l := range list.Locks {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", l.Name, l.Owner, l.Token, l.TTL)
+		}
+		tw.Flush()
+		if list.Truncated {
+			fmt.Fprintf(stderr, "raftlock list: more locks match; showing the first %d (raise --limit)\n", len(list.Locks))
+		}
 		return exitOK
-	}
-	if len(list.Locks) == 0 {
-		fmt.Fprintln(stdout, "no locks held")
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tTTL")
-	for _, l := range list.Locks {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", l.Name, l.Owner, l.Token, l.TTL)
-	}
-	tw.Flush()
-	if list.Truncated {
-		fmt.Fprintf(stderr, "raftlock list: more locks match; showing the first %d (raise --limit)\n", len(list.Locks))
-	}
-	return exitOK
+	})
 }
