@@ -1,8 +1,10 @@
 package raftnode
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -120,5 +122,38 @@ func TestLeaderRetriesBarrierRefusedDuringTransfer(t *testing.T) {
 			t.Fatal("the leader loop never expired the lease")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Moving the wall clock changes nothing: the only time Apply sees is the
+// leader's monotonic stamp in the command. Raft's own wall-clock field
+// (Log.AppendedAt, "never rely on it for coordination") is ignored, so two
+// replicas whose wall clocks disagree by days expire leases at the same
+// entries and end in the same state.
+func TestWallClockDoesNotReachTheStateMachine(t *testing.T) {
+	a, b := &raftFSM{m: fsm.New()}, &raftFSM{m: fsm.New()}
+	now := time.Now()
+	cmds := []fsm.Command{
+		{Op: fsm.OpAcquire, Stamp: 0, Name: "a", LeaseID: "lease-0123456789abcdef", TTL: 1000},
+		{Op: fsm.OpTick, Stamp: int64(999 * time.Millisecond)},
+		{Op: fsm.OpTick, Stamp: int64(1000 * time.Millisecond)},
+		{Op: fsm.OpAcquire, Stamp: int64(1500 * time.Millisecond), Name: "a", LeaseID: "lease-fedcba9876543210", TTL: 1000},
+	}
+	for i, c := range cmds {
+		data := c.Encode(nil)
+		ra := a.Apply(&raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: data, AppendedAt: now})
+		rb := b.Apply(&raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: data, AppendedAt: now.Add(-72 * time.Hour)})
+		if fmt.Sprint(ra) != fmt.Sprint(rb) {
+			t.Fatalf("entry %d: %v vs %v", i+1, ra, rb)
+		}
+	}
+	var sa, sb bytes.Buffer
+	a.m.Snapshot().WriteTo(&sa)
+	b.m.Snapshot().WriteTo(&sb)
+	if !bytes.Equal(sa.Bytes(), sb.Bytes()) {
+		t.Fatal("replicas with different wall clocks diverged")
+	}
+	if l, ok := a.m.Get("a"); !ok || l.LeaseID != "lease-fedcba9876543210" {
+		t.Fatalf("the first lease should have expired at 1000 ms and the second taken the lock: %+v", l)
 	}
 }
