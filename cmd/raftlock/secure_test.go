@@ -4,14 +4,12 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
@@ -31,14 +29,19 @@ const (
 	cliRO    = "cli-ro-token-0123456789abcdef"
 )
 
-// freePorts returns n loopback ports that were free a moment ago.
+// freePorts returns n loopback ports that were free a moment ago, below the
+// kernel's ephemeral range (32768 and up) so that no outbound connection of
+// the test suite takes one before the node that needs it binds it.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var ports []int
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			t.Fatal("no free ports in 20000-32767")
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12768)))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
 		defer ln.Close()
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
@@ -51,10 +54,6 @@ func freePorts(t *testing.T, n int) []int {
 // operator would. It returns the endpoints, the CA file and the log files.
 func startSecureCluster(t *testing.T) (endpoints []string, caFile string, logs []string) {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "raftlock CLI test CA")
 	tokens := filepath.Join(dir, "tokens")
@@ -71,36 +70,11 @@ func startSecureCluster(t *testing.T) (endpoints []string, caFile string, logs [
 		f := ca.WriteFiles(nodeDir, id)
 		caFile = f.CA
 		logFile := filepath.Join(dir, id+".log")
-		out, err := os.Create(logFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(self, "serve", "--id", id, "--data-dir", filepath.Join(nodeDir, "data"),
+		startServe(t, id, logFile, []string{"--id", id, "--data-dir", filepath.Join(nodeDir, "data"),
 			"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
 			"--peers", strings.Join(peers, ","), "--election-timeout", "500ms", "--heartbeat-timeout", "500ms",
-			"--tls-cert", f.Cert, "--tls-key", f.Key, "--log-level", "trace")
-		cmd.Env = append(os.Environ(), "RAFTLOCK_TEST_AS_MAIN=1", "RAFTLOCK_TLS_CA="+f.CA, "RAFTLOCK_AUTH_TOKENS="+tokens)
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-done
-			}
-			out.Close()
-			t.Logf("%s exited: %v", id, cmd.ProcessState)
-			if t.Failed() {
-				b, _ := os.ReadFile(logFile)
-				t.Logf("%s log:\n%s", id, b)
-			}
-		})
+			"--tls-cert", f.Cert, "--tls-key", f.Key, "--log-level", "trace"},
+			"RAFTLOCK_TLS_CA="+f.CA, "RAFTLOCK_AUTH_TOKENS="+tokens)
 		endpoints = append(endpoints, fmt.Sprintf("https://127.0.0.1:%d", ports[i]))
 		logs = append(logs, logFile)
 	}
