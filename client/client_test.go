@@ -536,10 +536,10 @@ func TestReadsAndClusterOps(t *testing.T) {
 	if err := c.Leave(ctx, "n4"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.TransferLeadership(ctx, "n3"); err != nil {
+	if _, err := c.TransferLeadership(ctx, "n3"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.TransferLeadership(ctx, ""); err != nil {
+	if _, err := c.TransferLeadership(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
 	join := fc.requests(path("/v1/cluster/join"))

@@ -129,14 +129,18 @@ func (c *Client) Leave(ctx context.Context, id string) error {
 }
 
 // TransferLeadership asks the leader to hand leadership to node id, or to any
-// other voter if id is "". It returns once another node leads. It is not
+// other voter if id is "". It returns once another node leads, with that
+// node's id ("" if the old leader had not yet heard who won). It is not
 // resent after an ambiguous failure, since that could move leadership twice.
-func (c *Client) TransferLeadership(ctx context.Context, id string) error {
+func (c *Client) TransferLeadership(ctx context.Context, id string) (string, error) {
 	body := struct {
 		ID string `json:"id,omitempty"`
 	}{id}
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/transfer-leadership", body: body, leader: true}, nil)
-	return err
+	var out struct {
+		Leader string `json:"leader"`
+	}
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/transfer-leadership", body: body, leader: true}, &out)
+	return out.Leader, err
 }
 
 // Health checks that the node at endpoint serves (GET /healthz). An empty

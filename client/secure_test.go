@@ -59,13 +59,13 @@ func TestClientTLSAndToken(t *testing.T) {
 	if !errors.Is(err, ErrForbidden) {
 		t.Errorf("acquire with a read-only token: %v, want ErrForbidden", err)
 	}
-	if err := c.TransferLeadership(ctx, ""); !errors.Is(err, ErrForbidden) {
+	if _, err := c.TransferLeadership(ctx, ""); !errors.Is(err, ErrForbidden) {
 		t.Errorf("transfer with a read-write token: %v, want ErrForbidden", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("refusals took %v: they must not be retried", d)
 	}
-	if err := newClient(admin).TransferLeadership(ctx, ""); err != nil {
+	if _, err := newClient(admin).TransferLeadership(ctx, ""); err != nil {
 		t.Errorf("transfer with an admin token: %v", err)
 	}
 	if err := lease.Release(ctx); err != nil {

@@ -54,10 +54,14 @@ func TestClusterWaitersSurviveLeaderChange(t *testing.T) {
 	old := cl.Leader()
 	raftnodetest.WaitFor(t, 10*time.Second, "all waiters parked", func() bool { return old.Waiters() == n })
 
-	if err := c.TransferLeadership(ctx, ""); err != nil {
+	to, err := c.TransferLeadership(ctx, "")
+	if err != nil {
 		t.Fatalf("transfer: %v", err)
 	}
 	leader := cl.WaitForNewLeader(old)
+	if to != leader.ID {
+		t.Fatalf("transfer reported %q as the new leader, the cluster says %s", to, leader.ID)
+	}
 	raftnodetest.WaitFor(t, 10*time.Second, "waiters to re-park on the new leader", func() bool { return leader.Waiters() == n })
 	if err := holder.Release(ctx); err != nil {
 		t.Fatalf("release holder: %v", err)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"time"
 )
 
 type nodeView struct {
@@ -75,9 +76,27 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) {
 		if err := s.store.TransferLeadership(ctx, req.ID); err != nil {
 			return 0, nil, err
 		}
-		leader, _ := s.store.Leader()
-		return http.StatusOK, map[string]string{"leader": leader}, nil
+		return http.StatusOK, map[string]string{"leader": s.successor(ctx)}, nil
 	})
+}
+
+// successor waits (up to LeaderWait) until this node, which just handed
+// leadership over, hears who leads now; "" if it has not heard by then.
+func (s *Server) successor(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.LeaderWait)
+	defer cancel()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if id, _ := s.store.Leader(); id != "" && id != s.store.ID() {
+			return id
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-t.C:
+		}
+	}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -187,10 +187,10 @@ func clusterTransferCmd(args []string, stdout, stderr io.Writer, environ env) in
 		if cs, err := cl.Cluster(ctx); err == nil {
 			old = cs.Leader
 		}
-		if err := cl.TransferLeadership(ctx, target); err != nil {
+		leader, err := cl.TransferLeadership(ctx, target)
+		if err != nil {
 			return c.fail(err)
 		}
-		leader := newLeader(ctx, cl, old)
 		if c.conn.json {
 			c.printJSON(map[string]any{"leader": leader, "previous_leader": old})
 			return exitOK
@@ -202,24 +202,4 @@ func clusterTransferCmd(args []string, stdout, stderr io.Writer, environ env) in
 		fmt.Fprintf(stdout, "leadership transferred from %s to %s\n", old, leader)
 		return exitOK
 	})
-}
-
-// newLeader asks the cluster who leads now, for a short while, until the
-// answer names a leader other than old; "" if none does. The transfer
-// answer itself carries the old leader's id in its headers.
-func newLeader(ctx context.Context, cl *client.Client, old string) string {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if cs, err := cl.Cluster(ctx); err == nil && cs.Leader != "" && cs.Leader != old {
-			return cs.Leader
-		}
-		select {
-		case <-ctx.Done():
-			return ""
-		case <-tick.C:
-		}
-	}
 }
