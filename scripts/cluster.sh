@@ -133,24 +133,8 @@ start_node() {
 	echo $! >"$DIR/n$i.pid"
 }
 
-# cluster_json I: node nI's /v1/cluster, or nothing.
-cluster_json() { "${CURL[@]}" "$(url "$1")/v1/cluster" 2>/dev/null || true; }
-ready() { "${CURL[@]}" -o /dev/null "$(url "$1")/readyz" 2>/dev/null; }
-
-# agreed_leader N: prints the leader id when every node is ready and names the same leader.
-agreed_leader() {
-	local n=$1 i leader="" l
-	for ((i = 1; i <= n; i++)); do
-		ready "$i" || return 1
-		# /readyz alone is not enough: a restarted node can answer 200 with nothing applied
-		# until the leader's next append reaches it (heartbeats carry no commit index).
-		l=$(cluster_json "$i" | jq -r 'select(.commit_index > 0 and .applied_index >= .commit_index) | .leader // empty' 2>/dev/null)
-		[[ -n $l ]] || return 1
-		[[ -z $leader || $leader == "$l" ]] || return 1
-		leader=$l
-	done
-	echo "$leader"
-}
+# shellcheck source=scripts/lib/leader.sh
+. "$ROOT/scripts/lib/leader.sh"
 
 now_ms() { date +%s%3N; }
 

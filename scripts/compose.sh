@@ -33,6 +33,8 @@ log() { echo "compose.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 url() { echo "http://127.0.0.1:$((8000 + $1))"; }
+# shellcheck disable=SC2034 # used by lib/leader.sh
+CURL=(curl -fsS --max-time 1)
 now_ms() { date +%s%3N; }
 
 COMPOSE=()
@@ -80,23 +82,8 @@ cmd_build() {
 	out=$(docker build -q -t "$IMAGE" "$ROOT" 2>&1) || { echo "$out" >&2; die "docker build failed"; }
 }
 
-# cluster_json I: node nI's /v1/cluster through its published port, or nothing.
-cluster_json() { curl -fsS --max-time 1 "$(url "$1")/v1/cluster" 2>/dev/null || true; }
-ready() { curl -fsS --max-time 1 -o /dev/null "$(url "$1")/readyz" 2>/dev/null; }
-
-agreed_leader() {
-	local n=$1 i leader="" l
-	for ((i = 1; i <= n; i++)); do
-		ready "$i" || return 1
-		# /readyz alone is not enough: a restarted node can answer 200 with nothing applied
-		# until the leader's next append reaches it (heartbeats carry no commit index).
-		l=$(cluster_json "$i" | jq -r 'select(.commit_index > 0 and .applied_index >= .commit_index) | .leader // empty' 2>/dev/null)
-		[[ -n $l ]] || return 1
-		[[ -z $leader || $leader == "$l" ]] || return 1
-		leader=$l
-	done
-	echo "$leader"
-}
+# shellcheck source=scripts/lib/leader.sh
+. "$ROOT/scripts/lib/leader.sh"
 
 cmd_up() {
 	local n=${1:-} have t0 leader i
