@@ -169,23 +169,17 @@ chaos_teardown() {
 	CLUSTER_STARTED=0
 }
 
-# agreed_leader prints the leader when every node is ready, has applied what it knows
-# committed, and all name the same leader.
-agreed_leader() {
-	local e leader="" l
-	for e in "${ENDPOINTS[@]}"; do
-		curl -fsS --max-time 1 -o /dev/null "$e/readyz" 2>/dev/null || return 1
-		l=$(curl -fsS --max-time 1 "$e/v1/cluster" 2>/dev/null |
-			jq -r 'select(.commit_index > 0 and .applied_index >= .commit_index) | .leader // empty' 2>/dev/null) || return 1
-		[[ -n $l && (-z $leader || $leader == "$l") ]] || return 1
-		leader=$l
-	done
-	echo "$leader"
-}
+# url and CURL serve lib/leader.sh, whose agreed_leader N prints the leader once every
+# node is ready, has applied what it knows committed, and all name the same leader.
+url() { echo "${ENDPOINTS[$1 - 1]}"; }
+# shellcheck disable=SC2034 # used by lib/leader.sh
+CURL=(curl -fsS --max-time 1)
+# shellcheck source=scripts/lib/leader.sh
+. "$CHAOS_ROOT/scripts/lib/leader.sh"
 
 chaos_wait_ready() {
 	local deadline=$((SECONDS + WAIT_S)) leader
-	until leader=$(agreed_leader); do
+	until leader=$(agreed_leader "${#ENDPOINTS[@]}"); do
 		if ((SECONDS >= deadline)); then
 			CHAOS_FAILED="the cluster did not recover within ${WAIT_S}s"
 			chaos_log "$CHAOS_FAILED"
