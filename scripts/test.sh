@@ -3,6 +3,8 @@
 #   - a throwaway PostgreSQL on 127.0.0.1 for the fencing tests (scripts/pg.sh)
 #   - go vet and the unit, cluster and contract tests (go test -race ./...)
 #   - the Jepsen-style checker for two minutes under real faults (scripts/check.sh)
+#   - chaos runs against a process cluster, and a compose cluster when Docker answers
+# Any failure stops the run with a non-zero status; the last line counts the stages.
 # Run from anywhere: scripts/test.sh. CI runs exactly this (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,11 +12,15 @@ cd "$(dirname "$0")/.."
 export "$(bash scripts/pg.sh start)"
 trap 'bash scripts/pg.sh stop >/dev/null 2>&1 || true' EXIT
 
-echo "== go vet"
-go vet ./...
-echo "== go test"
-go test -race -count=1 -timeout 20m ./...
-echo "== checker (2 minutes of faults against three real nodes)"
-bash scripts/check.sh 2m
-echo "== chaos (process cluster: 5 leader kills, 3 pauses; compose: 3 kills when Docker answers)"
-bash scripts/chaos-ci.sh
+passed=0
+stage() {
+	echo "== $1"
+	shift
+	"$@"
+	passed=$((passed + 1))
+}
+stage "go vet" go vet ./...
+stage "go test" go test -race -count=1 -timeout 20m ./...
+stage "checker (2 minutes of faults against three real nodes)" bash scripts/check.sh 2m
+stage "chaos (process cluster: 5 leader kills, 3 pauses; compose: 3 kills when Docker answers)" bash scripts/chaos-ci.sh
+echo "stages: $passed passed, 0 failed"
