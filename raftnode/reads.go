@@ -12,15 +12,17 @@ import (
 
 // Ready reports whether a leader is known and this node has applied the log
 // up to the commit index it last heard of. A restarted node hears no commit
-// index from heartbeats (its own starts at 0), so it also waits until it has
-// applied what its log held when it started: until then its state is older
-// than what it served before the restart.
+// index from heartbeats (its own starts at 0), so it also waits until its
+// machine has applied what its log held when it started: until then its state
+// is older than what it served before the restart. For entries committed
+// since, raft's own applied index is the measure: the machine trails it by
+// moments, and a probe that flickered with every append would be useless.
 func (n *Node) Ready() bool {
 	if id, _ := n.Leader(); id == "" {
 		return false
 	}
 	commit := n.raft.CommitIndex()
-	return commit > 0 && n.AppliedThrough(max(commit, n.startIndex))
+	return commit > 0 && n.raft.AppliedIndex() >= commit && n.AppliedThrough(n.startIndex)
 }
 
 // Read returns the state machine for reading. Unless stale, it is
