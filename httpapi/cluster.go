@@ -36,48 +36,27 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (s *Server) join(w http.ResponseWriter, r *http.Request) {
-	var req joinRequest
-	body, ok := s.parse(w, r, &req)
-	if !ok {
-		return
+func (s *Server) join(ctx context.Context, req *joinRequest) (int, any, error) {
+	if err := s.store.Join(ctx, req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
+		return 0, nil, err
 	}
-	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
-		if err := s.store.Join(ctx, req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
-			return 0, nil, err
-		}
-		s.log.Info("node joined", "id", req.ID, "raft_addr", req.RaftAddr, "http_addr", req.HTTPAddr)
-		return http.StatusOK, map[string]string{"joined": req.ID}, nil
-	})
+	s.log.Info("node joined", "id", req.ID, "raft_addr", req.RaftAddr, "http_addr", req.HTTPAddr)
+	return http.StatusOK, map[string]string{"joined": req.ID}, nil
 }
 
-func (s *Server) leave(w http.ResponseWriter, r *http.Request) {
-	var req leaveRequest
-	body, ok := s.parse(w, r, &req)
-	if !ok {
-		return
+func (s *Server) leave(ctx context.Context, req *leaveRequest) (int, any, error) {
+	if err := s.store.Leave(ctx, req.ID); err != nil {
+		return 0, nil, err
 	}
-	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
-		if err := s.store.Leave(ctx, req.ID); err != nil {
-			return 0, nil, err
-		}
-		s.log.Info("node left", "id", req.ID)
-		return http.StatusOK, map[string]string{"left": req.ID}, nil
-	})
+	s.log.Info("node left", "id", req.ID)
+	return http.StatusOK, map[string]string{"left": req.ID}, nil
 }
 
-func (s *Server) transfer(w http.ResponseWriter, r *http.Request) {
-	var req transferRequest
-	body, ok := s.parse(w, r, &req)
-	if !ok {
-		return
+func (s *Server) transfer(ctx context.Context, req *transferRequest) (int, any, error) {
+	if err := s.store.TransferLeadership(ctx, req.ID); err != nil {
+		return 0, nil, err
 	}
-	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
-		if err := s.store.TransferLeadership(ctx, req.ID); err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, map[string]string{"leader": s.successor(ctx)}, nil
-	})
+	return http.StatusOK, map[string]string{"leader": s.successor(ctx)}, nil
 }
 
 // successor waits (up to LeaderWait) until this node, which just handed

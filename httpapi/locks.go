@@ -71,64 +71,63 @@ func outcome(r fsm.Result, name string) (int, any, error) {
 	return 0, nil, badRequest("the state machine refused the command as invalid")
 }
 
-func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
-	var req acquireRequest
-	body, ok := s.parse(w, r, &req)
-	if !ok {
-		return
-	}
-	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs}
-	wait := time.Duration(req.WaitMs) * time.Millisecond
-	ctx, cancel := context.WithTimeout(r.Context(), wait+s.opts.RequestTimeout)
-	defer cancel()
-	s.onLeader(w, r.WithContext(ctx), body, func(ctx context.Context) (int, any, error) {
-		res, err := s.store.Acquire(ctx, cmd, wait)
-		if err != nil {
-			return 0, nil, err
-		}
-		return outcome(res, cmd.Name)
-	})
+// acquire may park for wait_ms on the leader: its request timeout grows by it.
+func acquireWait(req *acquireRequest) time.Duration {
+	return time.Duration(req.WaitMs) * time.Millisecond
 }
 
-func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
-	var req renewRequest
-	body, ok := s.parse(w, r, &req)
-	if !ok {
-		return
+func (s *Server) acquire(ctx context.Context, req *acquireRequest) (int, any, error) {
+	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs}
+	res, err := s.store.Acquire(ctx, cmd, acquireWait(req))
+	if err != nil {
+		return 0, nil, err
 	}
+	return outcome(res, cmd.Name)
+}
+
+func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error) {
 	cmd := fsm.Command{Op: fsm.OpRenew, Name: req.Name, LeaseID: req.LeaseID}
 	if req.TTLMs != nil {
 		cmd.TTL = *req.TTLMs
 	}
-	s.onLeader(w, r, body, s.applyDecision(cmd))
-}
-
-func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	var req releaseRequest
-	body, ok := s.parse(w, r, &req)
-	if !ok {
-		return
+	res, err := s.store.Apply(ctx, cmd)
+	if err != nil {
+		return 0, nil, err
 	}
-	cmd := fsm.Command{Op: fsm.OpRelease, Name: req.Name, LeaseID: req.LeaseID}
-	s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) {
-		res, err := s.store.Apply(ctx, cmd)
-		if err != nil {
-			return 0, nil, err
-		}
-		if res.Status == fsm.StatusOK {
-			return http.StatusOK, map[string]bool{"released": true}, nil
-		}
-		return outcome(res, cmd.Name)
-	})
+	return outcome(res, cmd.Name)
 }
 
-func (s *Server) applyDecision(cmd fsm.Command) decision {
-	return func(ctx context.Context) (int, any, error) {
-		res, err := s.store.Apply(ctx, cmd)
-		if err != nil {
-			return 0, nil, err
+func (s *Server) release(ctx context.Context, req *releaseRequest) (int, any, error) {
+	res, err := s.store.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: req.Name, LeaseID: req.LeaseID})
+	if err != nil {
+		return 0, nil, err
+	}
+	if res.Status == fsm.StatusOK {
+		return http.StatusOK, map[string]bool{"released": true}, nil
+	}
+	return outcome(res, req.Name)
+}
+
+// writeHandler is every POST endpoint: read and validate a request of type R
+// (answering bad input itself), then decide it where it can be decided (see
+// onLeader). extra, if set, is time the request may take beyond
+// RequestTimeout.
+func writeHandler[R any, P interface {
+	*R
+	validator
+}](s *Server, extra func(*R) time.Duration, decide func(context.Context, *R) (int, any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req := new(R)
+		body, ok := s.parse(w, r, P(req))
+		if !ok {
+			return
 		}
-		return outcome(res, cmd.Name)
+		if extra != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), extra(req)+s.opts.RequestTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		s.onLeader(w, r, body, func(ctx context.Context) (int, any, error) { return decide(ctx, req) })
 	}
 }
 

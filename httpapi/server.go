@@ -87,15 +87,15 @@ func New(store Store, opts Options) *Server {
 	if opts.Tokens != nil {
 		r.Use(s.authorize) // after instrument, so 401 and 403 are counted per route
 	}
-	r.HandleFunc("/v1/locks/acquire", s.acquire).Methods(http.MethodPost)
-	r.HandleFunc("/v1/locks/renew", s.renew).Methods(http.MethodPost)
-	r.HandleFunc("/v1/locks/release", s.release).Methods(http.MethodPost)
+	r.HandleFunc("/v1/locks/acquire", writeHandler(s, acquireWait, s.acquire)).Methods(http.MethodPost)
+	r.HandleFunc("/v1/locks/renew", writeHandler(s, nil, s.renew)).Methods(http.MethodPost)
+	r.HandleFunc("/v1/locks/release", writeHandler(s, nil, s.release)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks", s.list).Methods(http.MethodGet)
 	r.HandleFunc("/v1/locks/{name:.+}", s.get).Methods(http.MethodGet)
 	r.HandleFunc("/v1/cluster", s.cluster).Methods(http.MethodGet)
-	r.HandleFunc("/v1/cluster/join", s.join).Methods(http.MethodPost)
-	r.HandleFunc("/v1/cluster/leave", s.leave).Methods(http.MethodPost)
-	r.HandleFunc("/v1/cluster/transfer-leadership", s.transfer).Methods(http.MethodPost)
+	r.HandleFunc("/v1/cluster/join", writeHandler(s, nil, s.join)).Methods(http.MethodPost)
+	r.HandleFunc("/v1/cluster/leave", writeHandler(s, nil, s.leave)).Methods(http.MethodPost)
+	r.HandleFunc("/v1/cluster/transfer-leadership", writeHandler(s, nil, s.transfer)).Methods(http.MethodPost)
 	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
 	r.Handle("/metrics", opts.Metrics).Methods(http.MethodGet)
