@@ -10,7 +10,10 @@ import (
 // node's Raft state when scraped. Counters are per replica: every node counts
 // every grant it applies, so sum them over one node, not the cluster.
 type nodeMetrics struct {
-	commands      *prometheus.CounterVec // by op and outcome
+	commands *prometheus.CounterVec // by op and outcome
+	// byOutcome holds commands' children resolved once, so the FSM goroutine
+	// does no label hashing per entry.
+	byOutcome     [fsm.OpRemoveNode + 1][fsm.StatusInvalid + 1]prometheus.Counter
 	expiries      prometheus.Counter
 	leaderChanges prometheus.Counter
 	gauges        []prometheus.Collector
@@ -31,6 +34,11 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 			Help: "Times this node gained or lost leadership.",
 		}),
 	}
+	for op := fsm.OpAcquire; op <= fsm.OpRemoveNode; op++ {
+		for st := fsm.StatusOK; st <= fsm.StatusInvalid; st++ {
+			m.byOutcome[op][st] = m.commands.WithLabelValues(op.String(), st.String())
+		}
+	}
 	gauge := func(name, help string, f func() float64) {
 		m.gauges = append(m.gauges, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
@@ -50,7 +58,11 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 }
 
 func (m *nodeMetrics) applied(op fsm.Op, r fsm.Result) {
-	m.commands.WithLabelValues(op.String(), r.Status.String()).Inc()
+	if int(op) < len(m.byOutcome) && int(r.Status) < len(m.byOutcome[op]) && m.byOutcome[op][r.Status] != nil {
+		m.byOutcome[op][r.Status].Inc()
+	} else {
+		m.commands.WithLabelValues(op.String(), r.Status.String()).Inc()
+	}
 	if r.Expired > 0 {
 		m.expiries.Add(float64(r.Expired))
 	}
