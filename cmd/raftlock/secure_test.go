@@ -4,13 +4,12 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/raftlock/raftlock/raftnode/raftnodetest"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
@@ -29,26 +28,6 @@ const (
 	cliRO    = "cli-ro-token-0123456789abcdef"
 )
 
-// freePorts returns n loopback ports that were free a moment ago, below the
-// kernel's ephemeral range (32768 and up) so that no outbound connection of
-// the test suite takes one before the node that needs it binds it.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 1000 {
-			t.Fatal("no free ports in 20000-32767")
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12768)))
-		if err != nil {
-			continue
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
 // startSecureCluster runs three `raftlock serve` processes with HTTPS, Raft
 // mutual TLS and tokens, all set by flags and RAFTLOCK_* variables as an
 // operator would. It returns the endpoints, the CA file and the log files.
@@ -58,7 +37,7 @@ func startSecureCluster(t *testing.T) (endpoints []string, caFile string, logs [
 	ca := tlstest.NewCA(t, "raftlock CLI test CA")
 	tokens := filepath.Join(dir, "tokens")
 	os.WriteFile(tokens, []byte("# role per token\n"+cliAdmin+" admin\n"+cliRW+" read-write\n"+cliRO+" read-only\n"), 0o600)
-	ports := freePorts(t, 6)
+	ports := raftnodetest.FreePorts(t, 6)
 	var peers []string
 	for i := 0; i < 3; i++ {
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[3+i]))

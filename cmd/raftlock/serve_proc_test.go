@@ -65,7 +65,7 @@ func startServe(t *testing.T, id, logFile string, args []string, env ...string) 
 // election timeout to wait out) and keeps its locks.
 func TestServeSIGTERMHandsOverAndExitsZero(t *testing.T) {
 	dir := t.TempDir()
-	ports := freePorts(t, 6)
+	ports := raftnodetest.FreePorts(t, 6)
 	var peers []string
 	for i := 0; i < 3; i++ {
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[3+i]))

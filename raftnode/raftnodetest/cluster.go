@@ -329,15 +329,36 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 // binds it again.
 func listen(t testing.TB) net.Listener {
 	t.Helper()
+	ln := Listen(t)
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// Listen binds a free loopback port below the kernel's ephemeral range; the
+// caller closes it.
+func Listen(t testing.TB) net.Listener {
+	t.Helper()
 	for tries := 0; tries < 1000; tries++ {
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12768)))
 		if err == nil {
-			t.Cleanup(func() { ln.Close() })
 			return ln
 		}
 	}
 	t.Fatal("no free port in 20000-32767")
 	return nil
+}
+
+// FreePorts returns n distinct loopback ports that were free a moment ago,
+// below the ephemeral range, for processes the test starts itself.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	for i := 0; i < n; i++ {
+		ln := Listen(t)
+		defer ln.Close() // held until all are picked, so none repeats
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
 }
 
 // testLogger sends a node's logs to t.Log, so they show only when a test
