@@ -11,7 +11,8 @@ import (
 
 // Waiters parked on a leader that loses leadership get 503 and the client
 // re-enters the wait on the new leader with the same lease id: every waiter
-// is granted exactly once, one at a time, with increasing tokens.
+// is granted exactly once, with tokens increasing in grant order. (Mutual
+// exclusion itself is the checker's and the FSM tests' business.)
 func TestClusterWaitersSurviveLeaderChange(t *testing.T) {
 	cl := raftnodetest.Start(t, 3)
 	c := newClusterClient(t, cl.Endpoints())
@@ -29,7 +30,6 @@ func TestClusterWaitersSurviveLeaderChange(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var grants []grant
-	holding := 0
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
 		go func(i int) {
@@ -39,14 +39,7 @@ func TestClusterWaitersSurviveLeaderChange(t *testing.T) {
 				return
 			}
 			mu.Lock()
-			holding++
-			if holding > 1 {
-				mu.Unlock()
-				errs <- fmt.Errorf("waiter %d granted while another waiter held the lock", i)
-				return
-			}
 			grants = append(grants, grant{i, lease.Token(), lease.LeaseID()})
-			holding--
 			mu.Unlock()
 			errs <- lease.Release(ctx)
 		}(i)
