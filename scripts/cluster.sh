@@ -237,12 +237,7 @@ cmd_status() {
 			"$(jq -r '"\(.commit_index)/\(.applied_index)"' <<<"$j")" "$(ready "$i" && echo yes || echo no)"
 		leaders+=("$(jq -r .leader <<<"$j")")
 	done
-	if ((ok == 0)) && [[ -n ${leaders[0]:-} ]] && [[ $(printf '%s\n' "${leaders[@]}" | sort -u | wc -l) == 1 ]]; then
-		echo "leader: ${leaders[0]}"
-		return 0
-	fi
-	echo "leader: none agreed on"
-	return 1
+	print_agreement "$ok" "${leaders[@]}"
 }
 
 cmd_logs() {

@@ -20,3 +20,16 @@ agreed_leader() {
 	done
 	echo "$leader"
 }
+
+# print_agreement OK LEADER...: for status reports: prints the leader and succeeds when
+# every node answered (OK is 0) and all name the same leader.
+print_agreement() {
+	local ok=$1
+	shift
+	if ((ok == 0)) && [[ -n ${1:-} ]] && [[ $(printf '%s\n' "$@" | sort -u | wc -l) == 1 ]]; then
+		echo "leader: $1"
+		return 0
+	fi
+	echo "leader: none agreed on"
+	return 1
+}
