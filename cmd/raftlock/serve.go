@@ -172,6 +172,7 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name: "raftlock", Level: hclog.LevelFromString(cfg.logLevel), JSONFormat: cfg.logJSON, Output: stderr,
+		TimeFn: logTime, // debug_*.go: the fault clock's wall time in a fault build
 	})
 	cfg.node.Logger = logger.With("node", cfg.node.ID)
 	if err := runNode(cfg, logger); err != nil {
@@ -192,6 +193,7 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 		return fmt.Errorf("http address %s: %w", cfg.httpAddr, err)
 	}
 	defer ln.Close()
+	cfg.node.Clock = nodeClock(cfg.node.Clock) // debug_*.go: the fault clock in a fault build
 	node, err := raftnode.New(cfg.node)
 	if err != nil {
 		return err
@@ -257,6 +259,7 @@ func serveDebug(addr string, logger hclog.Logger) error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	addDebugRoutes(mux, logger) // debug_*.go: /debug/clock in a fault build only
 	go http.Serve(ln, mux)
 	logger.Info("serving pprof", "addr", ln.Addr().String())
 	return nil
