@@ -189,6 +189,7 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		}
 		token, ok := bearer(r)
 		if !ok {
+			refuseBody(w, r) // answer now, not after the body a client without a token may be dripping
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock"`)
 			writeError(w, &apiError{http.StatusUnauthorized, codeUnauthorized, "a bearer token is required (Authorization: Bearer TOKEN)"})
 			return
@@ -196,11 +197,13 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		have := s.opts.Tokens.lookup(token)
 		switch {
 		case have == RoleNone:
-			s.log.Warn("unknown bearer token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			refuseBody(w, r)
+			s.rateLog.Warn("unknown bearer token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="invalid_token"`)
 			writeError(w, &apiError{http.StatusUnauthorized, codeUnauthorized, "unknown bearer token"})
 		case have < need:
-			s.log.Warn("forbidden", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "role", have.String(), "needs", need.String())
+			refuseBody(w, r)
+			s.rateLog.Warn("forbidden", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "role", have.String(), "needs", need.String())
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="insufficient_scope"`)
 			writeError(w, &apiError{http.StatusForbidden, codeForbidden, fmt.Sprintf("a %s token cannot %s %s; it needs %s", have, r.Method, r.URL.Path, need)})
 		default:

@@ -53,6 +53,8 @@ type Options struct {
 	// this client config (the cluster's CA, and the node's certificate in
 	// case the leader asks for one).
 	ForwardTLS *tls.Config
+	// Limits bound slow and numerous clients (limits.go).
+	Limits Limits
 }
 
 // Server is the HTTP API of one node.
@@ -62,6 +64,7 @@ type Server struct {
 	log     hclog.Logger
 	handler http.Handler
 	forward *forwarder
+	rateLog *rateLogger // client-caused warnings, at a bounded rate
 }
 
 // New builds the API handler for store.
@@ -81,12 +84,16 @@ func New(store Store, opts Options) *Server {
 	if opts.Metrics == nil {
 		opts.Metrics = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{})
 	}
+	opts.Limits.setDefaults()
 	s := &Server{store: store, opts: opts, log: opts.Logger.Named("http"), forward: newForwarder(store.ID(), opts.ForwardTLS)}
+	s.rateLog = newRateLogger(s.log, 20, 10*time.Second)
 	r := mux.NewRouter().UseEncodedPath()
 	r.Use(newHTTPMetrics(opts.Registry).instrument)
+	r.Use(s.inflight)
 	if opts.Tokens != nil {
 		r.Use(s.authorize) // after instrument, so 401 and 403 are counted per route
 	}
+	r.Use(s.bodyFirst) // after authorize: no body is read for a client that may not send it
 	r.HandleFunc("/v1/locks/acquire", writeHandler(s, acquireWait, s.acquire)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/renew", writeHandler(s, nil, s.renew)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/release", writeHandler(s, nil, s.release)).Methods(http.MethodPost)
@@ -100,14 +107,16 @@ func New(store Store, opts Options) *Server {
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
 	r.Handle("/metrics", opts.Metrics).Methods(http.MethodGet)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refuseBody(w, r)
 		writeError(w, &apiError{http.StatusNotFound, codeNotFound, "no such endpoint: " + r.URL.Path})
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refuseBody(w, r)
 		writeError(w, &apiError{http.StatusMethodNotAllowed, codeBadRequest, r.Method + " is not allowed on " + r.URL.Path})
 	})
 	// Around the router, not r.Use: mux runs middleware only on a matched
 	// route, and 404, 405 and redirects must carry the headers too.
-	s.handler = s.identify(r)
+	s.handler = s.guard(s.identify(r))
 	return s
 }
 

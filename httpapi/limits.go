@@ -1,0 +1,306 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Limits bound what one client can hold of a node: time to send a request,
+// header size, connections and requests in flight. Zero values take the
+// defaults below.
+//
+// Why these and not others:
+//   - A body gets BodyTimeout from the end of its headers, set per request
+//     on the connection. http.Server.ReadTimeout would do the same for the
+//     body, but it also stays on the connection while the handler runs, and
+//     net/http cancels the request's context when that read deadline fires:
+//     an acquire parked for its wait_ms (up to 300 s) would be cut. Here the
+//     deadline is cleared once the body is read, so a request may wait as
+//     long as its own timeout says.
+//   - A connection cap cannot tell a probe from an API call: it is applied
+//     before a byte is read. So connections are capped at MaxConns plus a
+//     small ProbeReserve; a connection accepted into the reserve is served
+//     only for /healthz and /readyz and answered 503 otherwise, at once,
+//     before its body. Past both, connections are accepted and closed at
+//     once, so that the kernel's backlog does not fill with clients nobody
+//     will serve and the process never runs out of file descriptors.
+//   - MaxInflight caps API requests being served (probes and /metrics are
+//     not counted), so goroutines and buffers stay bounded however many
+//     connections there are; beyond it requests get 429.
+type Limits struct {
+	BodyTimeout    time.Duration // 0: 10s
+	HeaderTimeout  time.Duration // 0: 10s
+	IdleTimeout    time.Duration // 0: 2m
+	MaxHeaderBytes int           // 0: 16 KiB (tokens and a few headers)
+	// MaxConns is the number of API connections; 0: 4096, or less when the
+	// file descriptor limit is lower (half of it, leaving the rest for Raft,
+	// the stores and the reserve).
+	MaxConns     int
+	ProbeReserve int // 0: 64
+	MaxInflight  int // 0: 2048
+}
+
+func (l *Limits) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&l.BodyTimeout, 10*time.Second)
+	def(&l.HeaderTimeout, 10*time.Second)
+	def(&l.IdleTimeout, 2*time.Minute)
+	if l.MaxHeaderBytes == 0 {
+		l.MaxHeaderBytes = 16 << 10
+	}
+	if l.MaxConns == 0 {
+		l.MaxConns = 4096
+		if fds := fdLimit(); fds > 0 && fds/2 < l.MaxConns {
+			l.MaxConns = max(fds/2, 16)
+		}
+	}
+	if l.ProbeReserve == 0 {
+		l.ProbeReserve = 64
+	}
+	if l.MaxInflight == 0 {
+		l.MaxInflight = 2048
+	}
+}
+
+// fdLimit is the soft limit on open files (Go raises it to the hard limit
+// at start), 0 when unknown.
+func fdLimit() int {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil || r.Cur > 1<<30 {
+		return 0
+	}
+	return int(r.Cur)
+}
+
+// HTTPServer returns the http.Server for this API with the limits applied:
+// serve it on Listener(ln), which enforces the connection caps.
+func (s *Server) HTTPServer(tlsConfig *tls.Config) *http.Server {
+	l := s.opts.Limits
+	return &http.Server{
+		Handler:           s,
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: l.HeaderTimeout,
+		IdleTimeout:       l.IdleTimeout, // clients keep connections alive; dead ones must not pile up
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+		// TLS handshake failures and the like: a flood must not flood the log.
+		ErrorLog:    log.New(s.rateLog, "", 0),
+		ConnContext: markReserve,
+	}
+}
+
+// Listener wraps ln with the connection caps of Limits.
+func (s *Server) Listener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, max: s.opts.Limits.MaxConns, reserve: s.opts.Limits.ProbeReserve, log: s.rateLog}
+}
+
+// limitListener counts open connections: up to max they are served as
+// usual, the next reserve ones only for probes, and the rest are closed as
+// soon as they are accepted.
+type limitListener struct {
+	net.Listener
+	max, reserve int
+	open         atomic.Int64
+	log          *rateLogger
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		n := int(l.open.Add(1))
+		if n > l.max+l.reserve {
+			l.open.Add(-1)
+			c.Close()
+			l.log.Warn("connection limit reached: closing new connection", "limit", l.max+l.reserve, "remote", c.RemoteAddr().String())
+			continue
+		}
+		return &limitedConn{Conn: c, reserve: n > l.max, done: func() { l.open.Add(-1) }}, nil
+	}
+}
+
+type limitedConn struct {
+	net.Conn
+	reserve bool
+	once    sync.Once
+	done    func()
+}
+
+func (c *limitedConn) Close() error {
+	c.once.Do(c.done)
+	return c.Conn.Close()
+}
+
+type reserveKey struct{}
+
+// markReserve tags the context of a connection accepted into the probe
+// reserve (http.Server.ConnContext).
+func markReserve(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if lc, ok := c.(*limitedConn); ok && lc.reserve {
+		return context.WithValue(ctx, reserveKey{}, true)
+	}
+	return ctx
+}
+
+func isProbe(r *http.Request) bool {
+	return r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz")
+}
+
+// guard is the outermost handler: it turns away API requests on reserve
+// connections and starts the body's clock.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(reserveKey{}) != nil && !isProbe(r) {
+			refuseBody(w, r)
+			writeError(w, &apiError{http.StatusServiceUnavailable, codeOverloaded, "too many connections; only /healthz and /readyz are served on this one"})
+			return
+		}
+		if hasBody(r) {
+			// Errors only where the writer cannot set deadlines (tests).
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.Limits.BodyTimeout))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func hasBody(r *http.Request) bool {
+	return r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
+}
+
+// refuseBody makes sure an answer given before the request's body was read
+// goes out at once and ends the connection: without it net/http would first
+// read (to discard) what the client still sends, at whatever pace it sends.
+func refuseBody(w http.ResponseWriter, r *http.Request) {
+	if !hasBody(r) {
+		return
+	}
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
+// inflight caps API requests being served. Probes and /metrics pass: they
+// must answer while the API is saturated.
+func (s *Server) inflight(next http.Handler) http.Handler {
+	slots := make(chan struct{}, s.opts.Limits.MaxInflight)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isProbe(r) || r.URL.Path == "/metrics" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			refuseBody(w, r)
+			writeError(w, &apiError{http.StatusTooManyRequests, codeOverloaded, "too many requests in flight"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// bodyFirst reads the whole body (up to one byte past the contract's limit)
+// under the body deadline, then lifts the deadline so that the request may
+// take as long as its own timeout allows. It runs after authorize: a body
+// is read only for a client allowed to send it.
+func (s *Server) bodyFirst(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !hasBody(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			refuseBody(w, r)
+			writeError(w, &apiError{http.StatusRequestTimeout, codeBadRequest, "request body not received within " + s.opts.Limits.BodyTimeout.String()})
+			return
+		case err != nil:
+			refuseBody(w, r)
+			writeError(w, badRequest("reading body: %v", err))
+			return
+		case len(body) > maxBody:
+			refuseBody(w, r) // the rest is not read; readBody answers 413
+		default:
+			_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// rateLogger logs through hclog at most burst lines per interval, and says
+// how many it dropped: failed authentication and TLS handshakes are the
+// client's doing, and a flood of them must not flood the log.
+type rateLogger struct {
+	log      hclog.Logger
+	burst    int
+	interval time.Duration
+	now      func() time.Time
+
+	mu      sync.Mutex
+	start   time.Time // of the current interval
+	used    int
+	dropped int
+}
+
+func newRateLogger(l hclog.Logger, burst int, interval time.Duration) *rateLogger {
+	return &rateLogger{log: l, burst: burst, interval: interval, now: time.Now}
+}
+
+// allow reports whether a line may be logged now, and how many were
+// dropped since the last one that was.
+func (r *rateLogger) allow() (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := r.now(); now.Sub(r.start) >= r.interval {
+		r.start, r.used = now, 0
+	}
+	if r.used >= r.burst {
+		r.dropped++
+		return false, 0
+	}
+	r.used++
+	d := r.dropped
+	r.dropped = 0
+	return true, d
+}
+
+func (r *rateLogger) Warn(msg string, args ...any) {
+	ok, dropped := r.allow()
+	if !ok {
+		return
+	}
+	if dropped > 0 {
+		args = append(args, "suppressed", dropped)
+	}
+	r.log.Warn(msg, args...)
+}
+
+// Write makes it an io.Writer for http.Server.ErrorLog (one line a call).
+func (r *rateLogger) Write(p []byte) (int, error) {
+	r.Warn(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
