@@ -10,16 +10,18 @@ import (
 	"github.com/raftlock/raftlock/raftnode"
 )
 
-// Error codes of the contract (../shared/API.md) and a few additions.
+// Error codes of the contract (docs/API.md).
 const (
-	codeBadRequest = "bad_request"
-	codeTooLarge   = "too_large"
-	codeNoLeader   = "no_leader"
-	codeOverloaded = "overloaded"
-	codeHeld       = "held"
-	codeNotHolder  = "not_holder"
-	codeNotFound   = "not_found"
-	codeInternal   = "internal"
+	codeBadRequest     = "bad_request"
+	codeTooLarge       = "too_large"
+	codeUnsupportedMT  = "unsupported_media_type"
+	codeNoLeader       = "no_leader"
+	codeUnknownOutcome = "unknown_outcome"
+	codeOverloaded     = "overloaded"
+	codeHeld           = "held"
+	codeNotHolder      = "not_holder"
+	codeNotFound       = "not_found"
+	codeInternal       = "internal"
 )
 
 // apiError is an error with its HTTP status and contract code.
@@ -35,23 +37,48 @@ func badRequest(format string, args ...any) *apiError {
 	return &apiError{http.StatusBadRequest, codeBadRequest, fmt.Sprintf(format, args...)}
 }
 
-// errorTable maps the node's sentinel errors to statuses, in one place.
+// errorTable maps the node's sentinel errors to statuses, in one place, first
+// match wins. 503 and 429 promise that nothing was applied, so only errors
+// that are certain of that may map to them; a write whose fate the node
+// cannot know is 504 unknown_outcome. An error not in the table is 500,
+// which promises nothing either.
 var errorTable = []struct {
 	err    error
 	status int
 	code   string
 }{
+	// First: an indeterminate error may also wrap ErrShutdown.
+	{raftnode.ErrIndeterminate, http.StatusGatewayTimeout, codeUnknownOutcome},
+	{errUnknownOutcome, http.StatusGatewayTimeout, codeUnknownOutcome},
+	// The request's deadline (or the client going away) after the command
+	// was handed to the store: it may have been submitted, and a parked
+	// acquire's grant may be in flight. Reads map these themselves (read).
+	{context.DeadlineExceeded, http.StatusGatewayTimeout, codeUnknownOutcome},
+	{context.Canceled, http.StatusGatewayTimeout, codeUnknownOutcome},
 	{raftnode.ErrNotLeader, http.StatusServiceUnavailable, codeNoLeader},
 	{raftnode.ErrNoLeader, http.StatusServiceUnavailable, codeNoLeader},
-	{raftnode.ErrIndeterminate, http.StatusServiceUnavailable, codeNoLeader},
 	{raftnode.ErrShutdown, http.StatusServiceUnavailable, codeNoLeader},
 	{raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, codeNoLeader},
 	{raftnode.ErrOverloaded, http.StatusTooManyRequests, codeOverloaded},
 	{raftnode.ErrUnknownNode, http.StatusNotFound, codeNotFound},
-	{context.DeadlineExceeded, http.StatusServiceUnavailable, codeNoLeader},
 }
 
-// writeError answers with the contract's error body. 503 and 429 carry
+// errUnknownOutcome marks a failure after which this node cannot know
+// whether the write was applied: a forward that failed once the whole
+// request had gone out to the leader.
+var errUnknownOutcome = errors.New("outcome unknown")
+
+// unknownOutcome reports whether writeError would answer err with 504.
+func unknownOutcome(err error) bool {
+	for _, row := range errorTable {
+		if errors.Is(err, row.err) {
+			return row.code == codeUnknownOutcome
+		}
+	}
+	return false
+}
+
+// writeError answers with the contract's error body. 503, 504 and 429 carry
 // Retry-After so clients back off instead of hammering.
 func writeError(w http.ResponseWriter, err error) {
 	var ae *apiError
@@ -64,7 +91,8 @@ func writeError(w http.ResponseWriter, err error) {
 			}
 		}
 	}
-	if ae.status == http.StatusServiceUnavailable || ae.status == http.StatusTooManyRequests {
+	switch ae.status {
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, ae.status, map[string]string{"error": ae.code, "message": ae.message})

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftlock/raftlock/raftnode"
@@ -23,7 +25,9 @@ type decision func(ctx context.Context) (status int, body any, err error)
 
 // onLeader runs decide where it can be decided: here if this node leads,
 // otherwise on the leader through one forwarded hop. While no leader is
-// known it waits up to LeaderWait, then answers 503 no_leader.
+// known it waits up to LeaderWait, then answers 503 no_leader. Every 503 it
+// answers itself is certain that decide handed nothing to the store; what
+// decide's own errors promise is the error table's business.
 func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, decide decision) {
 	ctx := r.Context()
 	if _, ok := ctx.Deadline(); !ok {
@@ -35,6 +39,11 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 	}
 	deadline := time.Now().Add(s.opts.LeaderWait)
 	for {
+		if err := ctx.Err(); err != nil {
+			// Nothing handed to the store yet: certainly not applied.
+			writeError(w, fmt.Errorf("%w known before the request's deadline (%v)", raftnode.ErrNoLeader, err))
+			return
+		}
 		status, out, err := decide(ctx)
 		if err == nil {
 			writeJSON(w, status, out)
@@ -64,7 +73,8 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		// This node leads but is not ready yet (its Barrier is running).
 		select {
 		case <-ctx.Done():
-			writeError(w, ctx.Err())
+			// The last attempt was refused (not leading yet): nothing applied.
+			writeError(w, fmt.Errorf("%w ready before the request's deadline: %v", raftnode.ErrNoLeader, err))
 			return
 		case <-time.After(5 * time.Millisecond):
 		}
@@ -89,9 +99,19 @@ func newForwarder(self string, tlsCfg *tls.Config) *forwarder {
 }
 
 // relay sends r (with its already-read body) to the leader at addr and
-// copies the answer back.
+// copies the answer back. A write that fails before the whole request went
+// out (no connection, refused, a write error) cannot have been applied:
+// 503. Once it went out, a reset or a timeout leaves the leader's decision
+// unknown: 504.
 func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, f.scheme+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	var sent atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			sent.Store(true)
+		}
+	}}
+	ctx := httptrace.WithClientTrace(r.Context(), trace)
+	req, err := http.NewRequestWithContext(ctx, r.Method, f.scheme+addr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		writeError(w, fmt.Errorf("forward to leader %s: %w", addr, err))
 		return
@@ -103,6 +123,10 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {
+		if sent.Load() && r.Method != http.MethodGet {
+			writeError(w, fmt.Errorf("%w: forwarded to leader %s, then: %v", errUnknownOutcome, addr, err))
+			return
+		}
 		writeError(w, fmt.Errorf("%w: forwarding to leader %s failed: %v", raftnode.ErrNoLeader, addr, err))
 		return
 	}

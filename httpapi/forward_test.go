@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -40,21 +41,28 @@ func failingStore(err error, leader string) *fakeStore {
 }
 
 // The store's sentinel errors map to the contract's statuses, for every
-// endpoint that reaches the store, and a 503 or 429 says when to retry.
+// endpoint that reaches the store, and a 503, 504 or 429 says when to retry.
+// A 503 or 429 promises that nothing was applied, so an error that leaves
+// that open is a 504 on a write; a read applies nothing, so there it is 503.
 func TestStoreErrors(t *testing.T) {
+	inFlightShutdown := fmt.Errorf("apply release: %w: raft shut down with the entry in flight (%w)", raftnode.ErrIndeterminate, raftnode.ErrShutdown)
 	cases := []struct {
-		name   string
-		err    error
-		status int
-		code   string
+		name       string
+		err        error
+		status     int
+		code       string
+		readStatus int // 0: status
 	}{
-		{"indeterminate", raftnode.ErrIndeterminate, http.StatusServiceUnavailable, codeNoLeader},
-		{"wrapped indeterminate", fmt.Errorf("apply acquire: %w", raftnode.ErrIndeterminate), http.StatusServiceUnavailable, codeNoLeader},
-		{"shutdown", raftnode.ErrShutdown, http.StatusServiceUnavailable, codeNoLeader},
-		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, codeNoLeader},
-		{"overloaded", raftnode.ErrOverloaded, http.StatusTooManyRequests, codeOverloaded},
-		{"wrapped overloaded", fmt.Errorf("x: %w", raftnode.ErrOverloaded), http.StatusTooManyRequests, codeOverloaded},
-		{"unexpected", errors.New("disk on fire"), http.StatusInternalServerError, codeInternal},
+		{"indeterminate", raftnode.ErrIndeterminate, http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
+		{"wrapped indeterminate", fmt.Errorf("apply acquire: %w", raftnode.ErrIndeterminate), http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
+		{"shutdown in flight", inFlightShutdown, http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
+		{"shutdown", raftnode.ErrShutdown, http.StatusServiceUnavailable, codeNoLeader, 0},
+		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
+		{"canceled", context.Canceled, http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
+		{"leader changed", raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, codeNoLeader, 0},
+		{"overloaded", raftnode.ErrOverloaded, http.StatusTooManyRequests, codeOverloaded, 0},
+		{"wrapped overloaded", fmt.Errorf("x: %w", raftnode.ErrOverloaded), http.StatusTooManyRequests, codeOverloaded, 0},
+		{"unexpected", errors.New("disk on fire"), http.StatusInternalServerError, codeInternal, 0},
 	}
 	reads := []string{"/v1/locks/a", "/v1/locks", "/v1/locks/a?stale=true"}
 	for _, tc := range cases {
@@ -70,11 +78,31 @@ func TestStoreErrors(t *testing.T) {
 		}
 		for _, r := range reads {
 			t.Run(tc.name+r, func(t *testing.T) {
+				status, code := tc.status, tc.code
+				if tc.readStatus != 0 {
+					status, code = tc.readStatus, codeNoLeader
+				}
 				rec := do(t, newServer(failingStore(tc.err, "n2")), http.MethodGet, r, "")
-				wantError(t, rec, tc.status, tc.code, "")
+				wantError(t, rec, status, code, "")
 			})
 		}
 	}
+}
+
+// A parked acquire whose request deadline (the server's own: wait_ms plus
+// RequestTimeout) ends while its grant is in flight gets the context's error
+// from the store: the grant may have committed, so the answer is 504, never
+// 200 and never 503.
+func TestParkedAcquireDeadlineIsUnknown(t *testing.T) {
+	f := newLeader("n1")
+	f.apply = func(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+		<-ctx.Done() // the grant is in flight when the deadline comes
+		return fsm.Result{}, ctx.Err()
+	}
+	s := New(f, Options{LeaderWait: testLeaderWait, RequestTimeout: 20 * time.Millisecond, Metrics: http.NotFoundHandler()})
+	rec := do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"a","ttl_ms":1000,"wait_ms":10,"lease_id":"`+leaseA+`"}`)
+	wantError(t, rec, http.StatusGatewayTimeout, codeUnknownOutcome, "deadline")
+	wantRetryAfter(t, rec)
 }
 
 func TestUnknownNodeIsNotFound(t *testing.T) {
@@ -370,5 +398,67 @@ func TestForwardAfterElection(t *testing.T) {
 	wantJSON(t, rec, http.StatusOK, `{"released":true}`)
 	if n := len(leader.requests()); n != 1 {
 		t.Errorf("%d requests at the leader, want 1", n)
+	}
+}
+
+// resettingLeader reads each request's whole body, then resets the
+// connection without answering: the leader may have applied the write.
+func resettingLeader(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetLinger(0) // RST, not FIN
+		}
+		conn.Close()
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// A forwarded write that fails after the request went out leaves the
+// leader's decision unknown: 504 unknown_outcome, never 503. A read that
+// fails the same way applied nothing: 503.
+func TestForwardFailureAfterSendIsUnknown(t *testing.T) {
+	leader := resettingLeader(t)
+	addr := strings.TrimPrefix(leader.URL, "http://")
+	for _, w := range writeRequests {
+		t.Run(w.path, func(t *testing.T) {
+			rec := do(t, newServer(follower(addr)), http.MethodPost, w.path, w.body)
+			wantError(t, rec, http.StatusGatewayTimeout, codeUnknownOutcome, addr)
+			wantRetryAfter(t, rec)
+		})
+	}
+	rec := do(t, newServer(follower(addr)), http.MethodGet, "/v1/locks/a", "")
+	wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, addr)
+}
+
+// The request's deadline passing while the leader works on a forwarded
+// write is also unknown.
+func TestForwardTimeoutAfterSendIsUnknown(t *testing.T) {
+	release := make(chan struct{})
+	got := make(chan struct{}, 1)
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		got <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer leader.Close()
+	defer close(release)
+	f := follower(strings.TrimPrefix(leader.URL, "http://"))
+	s := New(f, Options{LeaderWait: testLeaderWait, RequestTimeout: 50 * time.Millisecond, Metrics: http.NotFoundHandler()})
+	rec := do(t, s, http.MethodPost, "/v1/locks/release", `{"name":"a","lease_id":"`+leaseA+`"}`)
+	wantError(t, rec, http.StatusGatewayTimeout, codeUnknownOutcome, "deadline")
+	select {
+	case <-got:
+	default:
+		t.Error("the leader never got the request")
 	}
 }

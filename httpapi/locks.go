@@ -208,6 +208,10 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(*fsm.Mac
 	}
 	s.onLeader(w, r, nil, func(ctx context.Context) (int, any, error) {
 		m, err := s.store.Read(ctx, stale)
+		if unknownOutcome(err) {
+			// A read applies nothing: its timeout is "no leader in time".
+			return 0, nil, &apiError{http.StatusServiceUnavailable, codeNoLeader, "no answer from the leader in time: " + err.Error()}
+		}
 		if err != nil {
 			return 0, nil, err
 		}
