@@ -59,6 +59,16 @@ const commandVersion = 1
 // ErrBadCommand is returned for bytes that do not decode to a command.
 var ErrBadCommand = errors.New("fsm: malformed command")
 
+// ErrUnknownOp is returned for a well-formed command whose op this version
+// does not know: written by a newer version. Applying it as "invalid" here
+// while newer replicas apply it for real would make replicas diverge, so it
+// is refused like malformed bytes and the node must stop (see DESIGN.md,
+// "Introducing a command").
+var ErrUnknownOp = errors.New("fsm: unknown op")
+
+// knownOp reports whether this version can apply o.
+func knownOp(o Op) bool { return o >= OpAcquire && o <= OpRemoveNode }
+
 // Encode appends the compact binary form of c to dst and returns it.
 func (c *Command) Encode(dst []byte) []byte {
 	dst = append(dst, commandVersion, byte(c.Op))
@@ -79,6 +89,9 @@ func DecodeCommand(b []byte) (Command, error) {
 		return Command{}, fmt.Errorf("%w: version %d", ErrBadCommand, v)
 	}
 	c := Command{Op: Op(d.byte())}
+	if d.err == nil && !knownOp(c.Op) {
+		return Command{}, fmt.Errorf("%w: %v", ErrUnknownOp, c.Op)
+	}
 	c.Stamp = d.varint()
 	c.TTL = d.varint()
 	c.LockDelay = d.varint()

@@ -81,16 +81,20 @@ type Machine struct {
 	timers timerHeap // every entry, ordered by until
 	held   int
 	nodes  map[string]string // node id -> HTTP address
+	// maxExpiries is MaxExpiriesPerEntry; tests lower it to reach the cap
+	// with a handful of locks. Replicas must agree on it.
+	maxExpiries int
 }
 
 // New returns an empty machine.
 func New() *Machine {
-	return &Machine{locks: make(map[string]*entry), nodes: make(map[string]string)}
+	return &Machine{locks: make(map[string]*entry), nodes: make(map[string]string), maxExpiries: MaxExpiriesPerEntry}
 }
 
 // Apply decodes and applies the entry at index, written in term. An error
-// means the bytes are not a command; Raft callers must treat that as fatal,
-// since replicas would otherwise diverge.
+// means the bytes are not a command this version knows (ErrBadCommand, or
+// ErrUnknownOp for a command introduced by a newer version); Raft callers
+// must treat that as fatal, since replicas would otherwise diverge.
 func (m *Machine) Apply(index, term uint64, data []byte) (Result, error) {
 	cmd, err := DecodeCommand(data)
 	if err != nil {
@@ -127,6 +131,8 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	case OpRemoveNode:
 		delete(m.nodes, c.NodeID)
 	default:
+		// Unreachable through Apply: DecodeCommand refuses unknown ops, so
+		// a replica never answers an entry another version would apply.
 		r.Status = StatusInvalid
 	}
 	r.Freed = append(freed, r.Freed...)
@@ -163,7 +169,7 @@ const MaxExpiriesPerEntry = 4096
 // first, at most MaxExpiriesPerEntry of them. It runs on every entry, so all
 // replicas expire a lease at the same log position.
 func (m *Machine) expireDue() (freed []string, expired int) {
-	for n := 0; n < MaxExpiriesPerEntry && len(m.timers) > 0 && m.timers[0].until <= m.clock.Now; n++ {
+	for n := 0; n < m.maxExpiries && len(m.timers) > 0 && m.timers[0].until <= m.clock.Now; n++ {
 		name, ended := m.settle(m.timers[0])
 		if name != "" {
 			freed = append(freed, name)
@@ -360,12 +366,21 @@ func (m *Machine) NodeAddr(id string) (string, bool) {
 	return addr, ok
 }
 
-// timerHeap orders entries by until; container/heap keeps each entry's slot
-// current so renewals and releases can fix or remove it in O(log n).
+// timerHeap orders entries by until, then by name; container/heap keeps
+// each entry's slot current so renewals and releases can fix or remove it in
+// O(log n). The order must be total: when more timers are due at one instant
+// than an entry may settle, which ones it settles must not depend on the
+// heap's layout, which differs between a replica that replayed the log and
+// one that restored a snapshot (heap.Init). Names are unique keys of locks.
 type timerHeap []*entry
 
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].until < h[j].until }
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].until != h[j].until {
+		return h[i].until < h[j].until
+	}
+	return h[i].lock.Name < h[j].lock.Name
+}
 func (h timerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].slot, h[j].slot = i, j

@@ -107,7 +107,6 @@ func TestCommands(t *testing.T) {
 			{acquire("a", "", 1000), StatusInvalid, 0},
 			{acquire("a", "L1", 0), StatusInvalid, 0},
 			{renew("a", "L1", -1), StatusInvalid, 0},
-			{Command{Op: 99}, StatusInvalid, 0},
 		}},
 	}
 	for _, tc := range cases {

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -37,11 +38,16 @@ func (f *raftFSM) ApplyBatch(logs []*raft.Log) []any {
 }
 
 func (f *raftFSM) applyOne(l *raft.Log) any {
-	defer f.last.Store(l.Index)
 	if l.Type != raft.LogCommand {
+		f.last.Store(l.Index)
 		return nil
 	}
 	cmd, err := fsm.DecodeCommand(l.Data)
+	if errors.Is(err, fsm.ErrUnknownOp) {
+		// Written by a newer version. Answering it "invalid" while upgraded
+		// replicas apply it would split the cluster's state; stop instead.
+		panic(fmt.Sprintf("raftnode: committed entry %d has op %d which this version does not know; upgrade this node (%v)", l.Index, opByte(l.Data), err))
+	}
 	if err != nil {
 		// A committed entry every replica must apply alike: skipping it
 		// here would let this replica diverge silently.
@@ -51,7 +57,16 @@ func (f *raftFSM) applyOne(l *raft.Log) any {
 	if f.applied != nil {
 		f.applied(l.Index, cmd.Op, r)
 	}
+	f.last.Store(l.Index) // not on a panic above: a refused entry is not applied
 	return r
+}
+
+// opByte is the op of an encoded command (its second byte), for messages.
+func opByte(data []byte) byte {
+	if len(data) < 2 {
+		return 0
+	}
+	return data[1]
 }
 
 func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
