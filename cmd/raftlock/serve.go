@@ -43,13 +43,14 @@ Flags:
 
 // serveConfig is what the serve flags say.
 type serveConfig struct {
-	node      raftnode.Config
-	httpAddr  string
-	dev       bool
-	tempDir   bool // the data dir is a temporary one --dev made: remove it on exit
-	logLevel  string
-	logJSON   bool
-	debugAddr string
+	node        raftnode.Config
+	httpAddr    string
+	dev         bool
+	tempDir     bool // the data dir is a temporary one --dev made: remove it on exit
+	logLevel    string
+	logJSON     bool
+	debugAddr   string
+	bodyTimeout time.Duration // time to receive a request body; 0: httpapi's default
 
 	apiTLS     *tls.Config     // HTTPS server config; nil: plain HTTP
 	forwardTLS *tls.Config     // client config for forwarding to the leader
@@ -74,6 +75,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty, never on the API port")
+	fs.DurationVar(&c.bodyTimeout, "http-body-timeout", 10*time.Second, "time a client has to send a request body once its headers are in")
 	fs.DurationVar(&c.node.ElectionTimeout, "election-timeout", time.Second, "Raft election timeout")
 	fs.DurationVar(&c.node.HeartbeatTimeout, "heartbeat-timeout", time.Second, "Raft heartbeat timeout")
 	fs.Uint64Var(&c.node.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
@@ -203,12 +205,12 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 		node.Close()
 		return err
 	}
-	srv := &http.Server{
-		Handler:           httpapi.New(node, httpapi.Options{Logger: logger, Registry: reg, Tokens: cfg.tokens, ForwardTLS: cfg.forwardTLS}),
-		TLSConfig:         cfg.apiTLS,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute, // clients keep connections alive; dead ones must not pile up
-	}
+	// The API's limits (slow bodies, header size, connection and in-flight
+	// caps) come with its server and listener; see httpapi/limits.go.
+	api := httpapi.New(node, httpapi.Options{Logger: logger, Registry: reg, Tokens: cfg.tokens, ForwardTLS: cfg.forwardTLS,
+		Limits: httpapi.Limits{BodyTimeout: cfg.bodyTimeout}})
+	srv := api.HTTPServer(cfg.apiTLS)
+	ln = api.Listener(ln)
 	if cfg.debugAddr != "" {
 		if err := serveDebug(cfg.debugAddr, logger); err != nil {
 			node.Close()
