@@ -17,11 +17,13 @@ const (
 // waitQueue parks acquires that asked to wait for a held lock, on the leader
 // only, and grants the lock to them in arrival order as it frees. Each grant
 // is an ordinary acquire entry with its own fencing token. Queues do not
-// survive a leader change: parked requests get ErrNoLeader and clients
+// survive a leader change: parked requests get ErrLeaderChanged and clients
 // re-enter the wait on the new leader with the same lease id.
 type waitQueue struct {
 	apply      func(fsm.Command) (fsm.Result, error)
 	holder     func(name string) (fsm.Lock, bool)
+	after      func(time.Duration) <-chan time.Time // the wait's timer; tests replace it
+	left       func()                               // test hook: wait has tried to leave its queue
 	maxPerLock int
 	maxTotal   int
 
@@ -39,16 +41,20 @@ type lockQueue struct {
 type waiter struct {
 	cmd  fsm.Command
 	done chan waitResult // buffered: the dispatcher never blocks on it
-	gone bool            // the request ended before its grant: release any grant
+	// gone: nobody will receive this waiter's answer (its request's context
+	// ended), so the dispatcher releases a grant it makes for it. Never set
+	// because the wait ran out: a grant already in flight then answers.
+	gone bool
 }
 
 type waitResult struct {
-	r   fsm.Result
-	err error
+	r        fsm.Result
+	err      error
+	released bool // the dispatcher released this grant: it must not be answered as held
 }
 
 func newWaitQueue(apply func(fsm.Command) (fsm.Result, error), holder func(string) (fsm.Lock, bool), perLock, total int) *waitQueue {
-	return &waitQueue{apply: apply, holder: holder, maxPerLock: perLock, maxTotal: total, locks: map[string]*lockQueue{}, closed: true}
+	return &waitQueue{apply: apply, holder: holder, after: time.After, left: func() {}, maxPerLock: perLock, maxTotal: total, locks: map[string]*lockQueue{}, closed: true}
 }
 
 // queued reports whether anyone waits for name: an acquire that does not
@@ -83,32 +89,60 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 		q.serve(cmd.Name)
 	}
 
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
+	var ctxEnded bool
 	select {
 	case res := <-w.done:
-		return res.r, res.err
-	case <-timer.C:
+		if ctx.Err() == nil {
+			return res.r, res.err
+		}
+		return q.abandon(w, res, ctx.Err())
+	case <-q.after(wait):
 	case <-ctx.Done():
+		ctxEnded = true
 	}
-	if q.leave(w) {
-		if ctx.Err() != nil {
-			return fsm.Result{}, ctx.Err()
+	inQueue := q.leave(w, ctxEnded)
+	q.left()
+	if inQueue {
+		if err := ctx.Err(); err != nil {
+			return fsm.Result{}, err
 		}
 		if h, ok := q.holder(cmd.Name); ok {
 			held.Holder = h
 		}
 		return held, nil
 	}
-	// A grant for w is in flight: its answer decides (the dispatcher releases
-	// it if the caller has gone).
+	// A grant for w is in flight (or just answered). When only the wait ran
+	// out, its answer decides and stands: the lock was granted before we could
+	// say "held". When the request's context ended, nobody can use it.
 	res := <-w.done
+	if ctxEnded || ctx.Err() != nil {
+		return q.abandon(w, res, ctx.Err())
+	}
+	if seededWaiterTimeoutRelease && res.err == nil && res.r.Status == fsm.StatusOK {
+		// Seeded bug (test builds only): the old behaviour, which answered
+		// a grant it had just released.
+		q.apply(fsm.Command{Op: fsm.OpRelease, Name: cmd.Name, LeaseID: cmd.LeaseID})
+	}
 	return res.r, res.err
 }
 
+// abandon answers a waiter whose request's context ended with err, never
+// with a grant: a server-side deadline may still let the handler write an
+// answer, and an OK for a lock nobody holds would hand it out twice. A grant
+// the dispatcher did not release (it was answered before w was marked gone)
+// is released here so the next in line gets the lock without a TTL's delay.
+func (q *waitQueue) abandon(w *waiter, res waitResult, err error) (fsm.Result, error) {
+	if res.err == nil && res.r.Status == fsm.StatusOK && !res.released {
+		q.apply(fsm.Command{Op: fsm.OpRelease, Name: w.cmd.Name, LeaseID: w.cmd.LeaseID})
+	}
+	return fsm.Result{}, err
+}
+
 // leave takes w out of its queue; false means its grant is already in
-// flight, and w is marked gone so an unwanted grant is released.
-func (q *waitQueue) leave(w *waiter) bool {
+// flight or answered (the answer is, or will be, in w.done). gone says the
+// request's context ended: an in-flight grant is then released by the
+// dispatcher.
+func (q *waitQueue) leave(w *waiter, gone bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	lq := q.locks[w.cmd.Name]
@@ -120,7 +154,7 @@ func (q *waitQueue) leave(w *waiter) bool {
 			continue
 		}
 		if i == 0 && lq.granting {
-			w.gone = true
+			w.gone = gone
 			return false
 		}
 		lq.waiters = append(lq.waiters[:i], lq.waiters[i+1:]...)
@@ -182,11 +216,13 @@ func (q *waitQueue) serve(name string) {
 		gone := w.gone
 		q.mu.Unlock()
 
+		released := false
 		if gone && err == nil && res.Status == fsm.StatusOK {
-			// Nobody will use this grant: free the lock for the next in line.
+			// Nobody will receive this grant: free the lock for the next in line.
 			q.apply(fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: w.cmd.LeaseID})
+			released = true
 		}
-		w.done <- waitResult{res, err}
+		w.done <- waitResult{r: res, err: err, released: released}
 		if err != nil || res.Status == fsm.StatusOK {
 			return // the lock is taken (or we lost leadership): wait for the next event
 		}
