@@ -87,7 +87,7 @@ func New(store Store, opts Options) *Server {
 	opts.Limits.setDefaults()
 	s := &Server{store: store, opts: opts, log: opts.Logger.Named("http"), forward: newForwarder(store.ID(), opts.ForwardTLS)}
 	s.rateLog = newRateLogger(s.log, 20, 10*time.Second)
-	r := mux.NewRouter().UseEncodedPath()
+	r := mux.NewRouter().SkipClean(true).UseEncodedPath() // never redirect p//q to p/q: another lock
 	r.Use(newHTTPMetrics(opts.Registry).instrument)
 	r.Use(s.inflight)
 	if opts.Tokens != nil {
