@@ -198,7 +198,7 @@ func do(t *testing.T, h http.Handler, method, target, body string, hdr ...string
 		r = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, target, r)
-	if body != "" {
+	if body != "" || method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {

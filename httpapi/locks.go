@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -133,6 +134,10 @@ func writeHandler[R any, P interface {
 
 // parse reads and validates a request body, answering the error itself.
 func (s *Server) parse(w http.ResponseWriter, r *http.Request, dst validator) ([]byte, bool) {
+	if err := jsonContentType(r); err != nil {
+		writeError(w, err)
+		return nil, false
+	}
 	body, err := readBody(w, r)
 	if err == nil {
 		err = decode(body, dst)
@@ -169,7 +174,11 @@ const (
 )
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, err := query(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	prefix := q.Get("prefix")
 	if len(prefix) > maxName {
 		writeError(w, badRequest("prefix: must be at most %d bytes", maxName))
@@ -194,11 +203,38 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// query parses the query string strictly: url.Query drops a pair it cannot
+// unescape, and ?prefix=%zz would then list every lock.
+func query(r *http.Request) (url.Values, error) {
+	q := url.Values{}
+	for pair := range strings.SplitSeq(r.URL.RawQuery, "&") {
+		if pair == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, badRequest("query: bad escape in parameter name %q", k)
+		}
+		val, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, badRequest("%s: bad escape in the query: %v", key, err)
+		}
+		q.Add(key, val)
+	}
+	return q, nil
+}
+
 // read answers from this node's state when ?stale=true, else linearizably
 // from the leader.
 func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(*fsm.Machine) any) {
+	q, err := query(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	stale := false
-	if v := r.URL.Query().Get("stale"); v != "" {
+	if v := q.Get("stale"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			writeError(w, badRequest("stale: must be true or false"))

@@ -336,3 +336,41 @@ func TestListLocks(t *testing.T) {
 		})
 	}
 }
+
+// A lock's path is its name, literally: p//q is not p/q (a router that
+// cleans paths would redirect it there, to another lock).
+func TestGetPathIsLiteral(t *testing.T) {
+	f := newLeader("n1")
+	s := newServer(f)
+	mustAcquire(t, s, `{"name":"p/q","owner":"w","ttl_ms":1000}`)
+	for _, name := range []string{"p//q", "p/./q", "p/../q", "/p/q", "p/q/"} {
+		rec := do(t, s, http.MethodGet, "/v1/locks/"+name, "")
+		wantJSON(t, rec, http.StatusOK, `{"name":"`+name+`","held":false}`)
+	}
+	rec := do(t, s, http.MethodGet, "/v1/locks/p/q", "")
+	wantJSON(t, rec, http.StatusOK, `{"name":"p/q","held":true,"owner":"w","fencing_token":1,"ttl_ms":1000}`)
+}
+
+// A query parameter that cannot be unescaped is refused, never dropped
+// (a dropped prefix lists every lock).
+func TestBadQueryEscapes(t *testing.T) {
+	cases := []struct{ target, msg string }{
+		{"/v1/locks?prefix=%zz", "prefix:"},
+		{"/v1/locks?prefix=a%", "prefix:"},
+		{"/v1/locks?limit=%zz", "limit:"},
+		{"/v1/locks?prefix=a&%zz=1", "query:"},
+		{"/v1/locks/a?stale=%zz", "stale:"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.target, func(t *testing.T) {
+			f := newLeader("n1")
+			rec := do(t, newServer(f), http.MethodGet, tc.target, "")
+			wantError(t, rec, http.StatusBadRequest, codeBadRequest, tc.msg)
+			if len(f.stales) != 0 {
+				t.Error("a bad query reached the store")
+			}
+		})
+	}
+	rec := do(t, newServer(newLeader("n1")), http.MethodGet, "/v1/locks?prefix=a%2Fb&limit=2&stale=false", "")
+	wantJSON(t, rec, http.StatusOK, `{"locks":[],"truncated":false}`)
+}

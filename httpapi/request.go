@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -160,6 +163,25 @@ func inRange(field string, v, lo, hi int64) error {
 	return nil
 }
 
+// jsonContentType refuses a request body that is not declared JSON. Beyond
+// strictness, this keeps browsers honest: a web page can make a browser POST
+// text/plain or a form to any origin without asking (no CORS preflight), but
+// not application/json. A charset parameter is allowed if it is UTF-8.
+func jsonContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	mt, params, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "application/json" {
+		if cs, ok := params["charset"]; !ok || strings.EqualFold(cs, "utf-8") {
+			return nil
+		}
+	}
+	if ct == "" {
+		ct = "none"
+	}
+	return &apiError{http.StatusUnsupportedMediaType, codeUnsupportedMT,
+		fmt.Sprintf("Content-Type %s: a request body must be application/json (charset, if given, utf-8)", ct)}
+}
+
 // readBody reads at most maxBody bytes; the raw bytes are kept so a follower
 // can forward them to the leader unchanged.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
@@ -206,26 +228,79 @@ func decode(body []byte, dst validator) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("body: unexpected data after the JSON object")
 	}
-	if err := exactFields(body, dst); err != nil {
+	if err := checkFields(body, dst); err != nil {
 		return err
 	}
 	return dst.validate()
 }
 
-// exactFields rejects field names that encoding/json matched only by
-// ignoring case ("TTL_MS"): the contract's names are exact.
-func exactFields(body []byte, dst any) error {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
+// checkFields walks the top-level object that decode has already parsed and
+// refuses what encoding/json lets through silently: a field name that
+// matches only by ignoring case ("TTL_MS"), a field given twice (it keeps
+// the last), and a string holding a lone UTF-16 surrogate escape such as
+// "\ud800" (it becomes U+FFFD, so two different names would become one
+// lock, as with invalid UTF-8).
+func checkFields(body []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // '{'
 		return badRequest("body: %v", err)
 	}
 	known := jsonNames(reflect.TypeOf(dst).Elem())
-	for name := range fields {
-		if !known[name] {
-			return badRequest("body: unknown field %q (field names are case-sensitive)", name)
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return badRequest("body: %v", err)
 		}
+		name, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return badRequest("body: %v", err)
+		}
+		switch {
+		case !known[name]:
+			return badRequest("body: unknown field %q (field names are case-sensitive)", name)
+		case seen[name]:
+			return badRequest("%s: given more than once", name)
+		case loneSurrogate(raw):
+			return badRequest("%s: must be valid UTF-8 (a lone surrogate escape such as \\ud800 is not)", name)
+		}
+		seen[name] = true
 	}
 	return nil
+}
+
+// loneSurrogate reports whether the JSON text raw holds a \uXXXX escape of
+// a UTF-16 surrogate that is not half of a high-low pair.
+func loneSurrogate(raw []byte) bool {
+	hex4 := func(i int) (rune, bool) { // the 4 hex digits of a \u escape at raw[i]
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		switch {
+		case !ok:
+			i++ // another escape: skip the escaped byte
+		case utf16.IsSurrogate(r) && r < 0xdc00:
+			lo, ok := hex4(i + 6)
+			if !ok || lo < 0xdc00 || lo > 0xdfff {
+				return true
+			}
+			i += 11
+		case utf16.IsSurrogate(r):
+			return true // a low half without a high one before it
+		default:
+			i += 5
+		}
+	}
+	return false
 }
 
 var jsonNameCache sync.Map // reflect.Type -> map[string]bool

@@ -66,6 +66,18 @@ func TestBadRequests(t *testing.T) {
 		{"unknown field", `{"name":"a","ttl_ms":1000,"ttl":5}`, `"ttl"`},
 		{"misspelt field", `{"name":"a","ttl_ms":1000,"leaseid":"abcdefghijklmnopq"}`, `"leaseid"`},
 		{"field name in another case", `{"name":"a","TTL_MS":1000}`, `"TTL_MS"`},
+		// encoding/json would turn each lone surrogate into U+FFFD: "a\ud800b"
+		// and "a\udbffb" would be one lock.
+		{"name with a lone high surrogate", `{"name":"a\ud800b","ttl_ms":1000}`, "name:"},
+		{"name ending in a high surrogate", `{"name":"a\uDBFF","ttl_ms":1000}`, "name:"},
+		{"name with a lone low surrogate", `{"name":"\udc00","ttl_ms":1000}`, "name:"},
+		{"name with two high surrogates", `{"name":"\ud800\ud800","ttl_ms":1000}`, "name:"},
+		{"name with a high surrogate and a letter", `{"name":"\ud800\u0041","ttl_ms":1000}`, "name:"},
+		{"owner with a lone surrogate", `{"name":"a","owner":"w\ud800","ttl_ms":1000}`, "owner:"},
+		// encoding/json would keep the last.
+		{"name given twice", `{"name":"a","name":"b","ttl_ms":1000}`, "name: given more than once"},
+		{"name given twice, once escaped", `{"name":"a","n\u0061me":"b","ttl_ms":1000}`, "name: given more than once"},
+		{"ttl_ms given twice", `{"name":"a","ttl_ms":1000,"ttl_ms":1000}`, "ttl_ms: given more than once"},
 	}
 	renew := []badRequestCase{
 		{"missing name", `{"lease_id":"` + leaseA + `"}`, "name:"},
@@ -80,6 +92,8 @@ func TestBadRequests(t *testing.T) {
 		{"ttl_ms zero", `{"name":"a","lease_id":"` + leaseA + `","ttl_ms":0}`, "ttl_ms:"},
 		{"ttl_ms too high", `{"name":"a","lease_id":"` + leaseA + `","ttl_ms":3600001}`, "ttl_ms:"},
 		{"ttl_ms wrong type", `{"name":"a","lease_id":"` + leaseA + `","ttl_ms":"1s"}`, "ttl_ms:"},
+		{"name with a lone surrogate", `{"name":"\ud800","lease_id":"` + leaseA + `"}`, "name:"},
+		{"lease_id given twice", `{"name":"a","lease_id":"` + leaseA + `","lease_id":"` + leaseB + `"}`, "lease_id: given more than once"},
 		{"owner is not a renew field", `{"name":"a","lease_id":"` + leaseA + `","owner":"w"}`, `"owner"`},
 		{"wait_ms is not a renew field", `{"name":"a","lease_id":"` + leaseA + `","wait_ms":0}`, `"wait_ms"`},
 	}
@@ -92,6 +106,8 @@ func TestBadRequests(t *testing.T) {
 		{"lease_id too short", `{"name":"a","lease_id":"short"}`, "lease_id:"},
 		{"lease_id too long", `{"name":"a","lease_id":"` + long(129) + `"}`, "lease_id:"},
 		{"lease_id bad characters", `{"name":"a","lease_id":"abcdefgh+ijklmnop"}`, "lease_id:"},
+		{"name with a lone surrogate", `{"name":"x\udfff","lease_id":"` + leaseA + `"}`, "name:"},
+		{"name given twice", `{"name":"a","lease_id":"` + leaseA + `","name":"b"}`, "name: given more than once"},
 		{"ttl_ms is not a release field", `{"name":"a","lease_id":"` + leaseA + `","ttl_ms":1000}`, `"ttl_ms"`},
 	}
 	join := []badRequestCase{
@@ -106,6 +122,7 @@ func TestBadRequests(t *testing.T) {
 		{"missing id", `{}`, "id:"},
 		{"empty id", `{"id":""}`, "id:"},
 		{"id wrong type", `{"id":["n4"]}`, "id:"},
+		{"id given twice", `{"id":"n4","id":"n5"}`, "id: given more than once"},
 		{"unknown field", `{"id":"n4","force":true}`, `"force"`},
 	}
 	transfer := []badRequestCase{
@@ -175,6 +192,9 @@ func TestRequestLimitsAccepted(t *testing.T) {
 		{"transfer with {}", "/v1/cluster/transfer-leadership", `{}`},
 		{"transfer to a node", "/v1/cluster/transfer-leadership", `{"id":"n2"}`},
 		{"join without http_addr", "/v1/cluster/join", `{"id":"n4","raft_addr":"127.0.0.1:9004"}`},
+		{"name with an escaped surrogate pair", "/v1/locks/acquire", `{"name":"a\ud83d\ude00","ttl_ms":1000}`},
+		{"name with an escaped backslash before u", "/v1/locks/acquire", `{"name":"a\\ud800","ttl_ms":1000}`},
+		{"name with other escapes", "/v1/locks/acquire", `{"name":"\"\\\/\u00e9","ttl_ms":1000}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,5 +229,33 @@ func TestBodyTooLarge(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A body must be declared JSON: browsers send text/plain and forms
+// cross-site without a preflight, so accepting them would let any web page
+// take and release locks through a visitor's browser.
+func TestWritesRequireJSON(t *testing.T) {
+	refused := []string{"", "text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded",
+		"multipart/form-data; boundary=x", "application/json; charset=latin1", "application/jsonx", "json", "application/json;;"}
+	for _, w := range writeRequests {
+		for _, ct := range refused {
+			t.Run(w.path+"/"+ct, func(t *testing.T) {
+				f := newLeader("n1")
+				rec := do(t, newServer(f), http.MethodPost, w.path, w.body, "Content-Type", ct)
+				wantError(t, rec, http.StatusUnsupportedMediaType, codeUnsupportedMT, "application/json")
+				if n := f.writes(); n != 0 {
+					t.Errorf("the store saw %d writes", n)
+				}
+			})
+		}
+	}
+	for _, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8"} {
+		t.Run("accepted/"+ct, func(t *testing.T) {
+			rec := do(t, newServer(newLeader("n1")), http.MethodPost, "/v1/locks/acquire", `{"name":"a","ttl_ms":1000}`, "Content-Type", ct)
+			if rec.Code != http.StatusOK {
+				t.Errorf("status %d, want 200; body %s", rec.Code, rec.Body)
+			}
+		})
 	}
 }
