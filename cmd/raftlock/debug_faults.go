@@ -36,3 +36,6 @@ func addDebugRoutes(mux *http.ServeMux, logger hclog.Logger) {
 	mux.Handle(faultclock.Path, faultclock.Handler(procClock, logger))
 	logger.Warn("FAULT BUILD: clock faults accepted", "endpoint", faultclock.Path)
 }
+
+// faultBuild says which of the twins this build has; tests check the other is absent.
+const faultBuild = true

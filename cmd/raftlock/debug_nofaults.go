@@ -19,3 +19,6 @@ var logTime hclog.TimeFunction // nil: hclog reads time.Now
 func nodeClock(c raftnode.Clock) raftnode.Clock { return c } // nil: raftnode's system clock
 
 func addDebugRoutes(*http.ServeMux, hclog.Logger) {}
+
+// faultBuild says which of the twins this build has; tests check the other is absent.
+const faultBuild = false
