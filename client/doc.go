@@ -18,4 +18,12 @@
 // The client chooses each lease's id itself, so an acquire resent after a
 // timeout or a leader change is idempotent: it gets the same lease and token
 // rather than locking its own caller out.
+//
+// A 503 or 429 promises that nothing was applied. A 504 unknown_outcome, or a
+// connection that fails after the request went out, does not: the write may
+// have been applied and may still be. Acquire, renew and release are then
+// resent with the same lease id (a release answered not_holder after such a
+// failure counts as done), and if the caller's context ends first the error
+// matches ErrUnknownOutcome. The HTTP contract is docs/API.md in the
+// repository.
 package client

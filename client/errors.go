@@ -17,6 +17,16 @@ var (
 	ErrNoLeader = errors.New("raftlock: no leader")
 	// ErrOverloaded: the leader's queue is full (API code "overloaded").
 	ErrOverloaded = errors.New("raftlock: overloaded")
+	// ErrUnknownOutcome: a write may or may not have been applied, and the
+	// client ran out of time (or, for a request it does not resend, of
+	// retries) before it could tell: the server answered 504
+	// "unknown_outcome" (say, leadership was lost with the entry in flight),
+	// or an attempt's connection failed after the request went out. Acquire,
+	// renew and release are resent with the same lease id until the caller's
+	// context ends, so this only comes back when it does; the error also
+	// matches the context's error and the last failure. An acquire that ends
+	// so is released, best effort, before the error is returned.
+	ErrUnknownOutcome = errors.New("raftlock: outcome unknown (the request may have been applied)")
 	// ErrUnauthorized: no token, or one the cluster does not know (API
 	// code "unauthorized", HTTP 401).
 	ErrUnauthorized = errors.New("raftlock: unauthorized")
@@ -40,8 +50,11 @@ const (
 	CodeNotHolder  = "not_holder"
 	CodeNoLeader   = "no_leader"
 	CodeOverloaded = "overloaded"
-	CodeBadRequest = "bad_request"
-	CodeTooLarge   = "too_large"
+	// CodeUnknownOutcome (HTTP 504): the node cannot know whether the
+	// write was applied; it may still be. Retry with the same lease id.
+	CodeUnknownOutcome = "unknown_outcome"
+	CodeBadRequest     = "bad_request"
+	CodeTooLarge       = "too_large"
 
 	CodeUnauthorized = "unauthorized"
 	CodeForbidden    = "forbidden"
@@ -81,6 +94,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeNoLeader
 	case ErrOverloaded:
 		return e.Code == CodeOverloaded
+	case ErrUnknownOutcome:
+		return e.Code == CodeUnknownOutcome
 	case ErrUnauthorized:
 		return e.Code == CodeUnauthorized
 	case ErrForbidden:
@@ -109,6 +124,15 @@ func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
 // Unwrap exposes the underlying *APIError.
 func (e *HeldError) Unwrap() error { return &e.APIError }
+
+// unknownOutcome marks err with ErrUnknownOutcome when some attempt may have
+// been applied (oc.ambiguous) and err is no definite answer of the server.
+func unknownOutcome(oc outcome, err error) error {
+	if err == nil || !oc.ambiguous || errors.Is(err, ErrUnknownOutcome) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+}
 
 // ctxError reports that ctx ended, keeping the last failure seen so that
 // errors.Is matches both (say) context.DeadlineExceeded and ErrNoLeader.

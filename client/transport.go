@@ -76,7 +76,7 @@ func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
 	var last error
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
-			return oc, ctxError(ctx, last)
+			return oc, unknownOutcome(oc, ctxError(ctx, last))
 		}
 		if r.leader && c.needLeaderLookup() {
 			c.lookupLeader(ctx)
@@ -86,10 +86,10 @@ func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
 			// No point sleeping into the caller's deadline: give up now,
 			// with the reason (no_leader, overloaded, refused).
 			if dl, ok := ctx.Deadline(); ok && last != nil && time.Until(dl) < wait {
-				return oc, fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, last)
+				return oc, unknownOutcome(oc, fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, last))
 			}
 			if err := c.sleep(ctx, wait); err != nil {
-				return oc, ctxError(ctx, last)
+				return oc, unknownOutcome(oc, ctxError(ctx, last))
 			}
 		}
 		sent := c.clock.Now()
@@ -101,7 +101,7 @@ func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
 			}
 			if ctx.Err() != nil {
 				// The previous failure, if any, says more than "canceled".
-				return oc, ctxError(ctx, cmp.Or(last, err))
+				return oc, unknownOutcome(oc, ctxError(ctx, cmp.Or(last, err)))
 			}
 			last = fmt.Errorf("raftlock: %s %s: %w", r.method, u+r.path, err)
 			if badCertificate(err) {
@@ -111,7 +111,7 @@ func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
 			c.log.Debug("request failed", "endpoint", u, "path", r.path, "attempt", attempt, "error", err)
 			c.penalize(u, c.backoff(attempt), true)
 			if !definite && !r.idempotent {
-				return oc, last
+				return oc, unknownOutcome(oc, last)
 			}
 			continue
 		}
@@ -140,11 +140,19 @@ func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
 			c.log.Debug("retrying", "endpoint", u, "path", r.path, "status", resp.status, "wait", d)
 			c.penalize(u, d, resp.status == http.StatusServiceUnavailable)
 		case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
+			// 504 unknown_outcome (and a 500 or a proxy's 502) may have
+			// been applied: only a request that is safe to repeat is
+			// resent, with the same lease id.
 			oc.mayHaveApplied(sent)
 			if !r.idempotent {
-				return oc, apiErr
+				return oc, unknownOutcome(oc, apiErr)
 			}
-			c.penalize(u, c.backoff(attempt), true)
+			d := c.backoff(attempt)
+			if ra := retryAfter(resp.header, c.clock.Now()); ra > d {
+				d = ra
+			}
+			c.log.Debug("outcome unknown, retrying", "endpoint", u, "path", r.path, "status", resp.status, "wait", d)
+			c.penalize(u, d, true)
 		default:
 			return oc, apiErr
 		}
