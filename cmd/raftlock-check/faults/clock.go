@@ -174,3 +174,18 @@ func (k *Clocks) Inject(ctx context.Context, kind string) Fault {
 	f.End = history.Now()
 	return f
 }
+
+// WithClock interleaves the clock faults with kinds, so that a short run
+// has both.
+func WithClock(kinds []string) []string {
+	var out []string
+	for i := 0; i < max(len(kinds), len(ClockKinds)); i++ {
+		if i < len(kinds) {
+			out = append(out, kinds[i])
+		}
+		if i < len(ClockKinds) {
+			out = append(out, ClockKinds[i])
+		}
+	}
+	return out
+}
