@@ -20,6 +20,8 @@ type raftFSM struct {
 	// applied is called after every command entry, on Raft's FSM goroutine;
 	// it must not block.
 	applied func(index uint64, op fsm.Op, r fsm.Result)
+	// integrity holds state hashes at marked entries; see integrity.go.
+	integrity integrity
 }
 
 var _ raft.BatchingFSM = (*raftFSM)(nil)
@@ -42,6 +44,7 @@ func (f *raftFSM) applyOne(l *raft.Log) any {
 		f.last.Store(l.Index)
 		return nil
 	}
+	x, _ := f.verifyEntry(l) // before anything reads the payload
 	cmd, err := fsm.DecodeCommand(l.Data)
 	if errors.Is(err, fsm.ErrUnknownOp) {
 		// Written by a newer version. Answering it "invalid" while upgraded
@@ -54,6 +57,7 @@ func (f *raftFSM) applyOne(l *raft.Log) any {
 		panic(fmt.Sprintf("raftnode: undecodable committed entry %d: %v", l.Index, err))
 	}
 	r := f.m.ApplyCommand(l.Index, l.Term, cmd)
+	f.afterApply(l.Index, x)
 	if f.applied != nil {
 		f.applied(l.Index, cmd.Op, r)
 	}

@@ -53,6 +53,12 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		return 0
 	})
 	gauge("raftlock_leases_held", "Leases currently held, as of this node's applied state.", func() float64 { return float64(n.machine.HeldCount()) })
+	gauge("raftlock_state_diverged", "1 once this node's state hash differed from the leader's at a state check; it then serves nothing until an operator acts.", func() float64 {
+		if _, bad := n.Diverged(); bad {
+			return 1
+		}
+		return 0
+	})
 	gauge("raftlock_waiters", "Acquires parked on this node waiting for a lock.", func() float64 { return float64(n.waiters.size()) })
 	return m
 }

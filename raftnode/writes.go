@@ -113,15 +113,12 @@ func (n *Node) heldHere(cmd fsm.Command) (fsm.Result, bool) {
 // Waiters returns how many acquires are parked on this node.
 func (n *Node) Waiters() int { return n.waiters.size() }
 
-// apply stamps cmd with this leader's clock and commits it through Raft.
+// apply stamps cmd with this leader's clock and commits it through Raft,
+// with a checksum every replica verifies before applying it (integrity.go).
+// A node whose state diverged accepts no writes.
 func (n *Node) apply(cmd fsm.Command) (fsm.Result, error) {
-	cmd.Stamp = n.clock.Now()
-	f := n.raft.Apply(cmd.Encode(nil), n.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
-		return fsm.Result{}, raftError("apply "+cmd.Op.String(), err)
-	}
-	r, _ := f.Response().(fsm.Result)
-	return r, nil
+	r, _, err := n.applyExt(cmd, extension{})
+	return r, err
 }
 
 // NewLeaseID returns a random 128-bit lease id in URL-safe base64.
