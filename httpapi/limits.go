@@ -24,12 +24,14 @@ import (
 //
 // Why these and not others:
 //   - A body gets BodyTimeout from the end of its headers, set per request
-//     on the connection. http.Server.ReadTimeout would do the same for the
-//     body, but it also stays on the connection while the handler runs, and
-//     net/http cancels the request's context when that read deadline fires:
-//     an acquire parked for its wait_ms (up to 300 s) would be cut. Here the
-//     deadline is cleared once the body is read, so a request may wait as
-//     long as its own timeout says.
+//     on the connection (ReadHeaderTimeout bounds the headers). It is a
+//     deadline the handlers can move: to now, to refuse a body that will not
+//     be read (refuseBody), and back to none once the body is read, so that
+//     an acquire may wait its wait_ms (up to 300 s) after that. Go 1.26's
+//     net/http also lifts the connection's read deadline when a body hits
+//     EOF, so http.Server.ReadTimeout would not cut such a wait either; it
+//     was not used because it cannot be moved per request and counts from
+//     the first header byte.
 //   - A connection cap cannot tell a probe from an API call: it is applied
 //     before a byte is read. So connections are capped at MaxConns plus a
 //     small ProbeReserve; a connection accepted into the reserve is served
@@ -149,7 +151,18 @@ func (c *limitedConn) Close() error {
 	return c.Conn.Close()
 }
 
-type reserveKey struct{}
+type (
+	reserveKey    struct{}
+	controllerKey struct{}
+)
+
+// setReadDeadline sets the read deadline of r's connection, through the
+// controller guard kept.
+func setReadDeadline(r *http.Request, t time.Time) {
+	if rc, ok := r.Context().Value(controllerKey{}).(*http.ResponseController); ok {
+		_ = rc.SetReadDeadline(t) // fails only where the writer cannot (tests)
+	}
+}
 
 // markReserve tags the context of a connection accepted into the probe
 // reserve (http.Server.ConnContext).
@@ -171,14 +184,17 @@ func isProbe(r *http.Request) bool {
 // connections and starts the body's clock.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hasBody(r) {
+			// The connection's controller, kept for refuseBody and bodyFirst:
+			// the writers they get are wrapped (metrics) and may not unwrap.
+			rc := http.NewResponseController(w)
+			r = r.WithContext(context.WithValue(r.Context(), controllerKey{}, rc))
+			setReadDeadline(r, time.Now().Add(s.opts.Limits.BodyTimeout))
+		}
 		if r.Context().Value(reserveKey{}) != nil && !isProbe(r) {
 			refuseBody(w, r)
 			writeError(w, &apiError{http.StatusServiceUnavailable, codeOverloaded, "too many connections; only /healthz and /readyz are served on this one"})
 			return
-		}
-		if hasBody(r) {
-			// Errors only where the writer cannot set deadlines (tests).
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.Limits.BodyTimeout))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -196,7 +212,7 @@ func refuseBody(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Connection", "close")
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	setReadDeadline(r, time.Now())
 }
 
 // inflight caps API requests being served. Probes and /metrics pass: they
@@ -244,7 +260,7 @@ func (s *Server) bodyFirst(next http.Handler) http.Handler {
 		case len(body) > maxBody:
 			refuseBody(w, r) // the rest is not read; readBody answers 413
 		default:
-			_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+			setReadDeadline(r, time.Time{})
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
