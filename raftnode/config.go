@@ -44,6 +44,9 @@ type Config struct {
 	// leases exist, and so how much a failover can lengthen a lease beyond
 	// the leaderless gap. 0: 250ms.
 	TickInterval time.Duration
+	// StateCheckInterval: how often a leader compares replicas' state
+	// hashes (integrity.go). 0: DefaultStateCheckInterval; < 0: never.
+	StateCheckInterval time.Duration
 	// ApplyTimeout bounds the wait to enqueue a write into Raft. 0: 5s.
 	ApplyTimeout time.Duration
 
@@ -75,6 +78,7 @@ func (c *Config) setDefaults() {
 	def(&c.SnapshotInterval, 30*time.Second)
 	def(&c.TickInterval, 250*time.Millisecond)
 	def(&c.ApplyTimeout, 5*time.Second)
+	def(&c.StateCheckInterval, DefaultStateCheckInterval)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
 	}

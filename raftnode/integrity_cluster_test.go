@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/raftnode"
 	"github.com/raftlock/raftlock/raftnode/raftnodetest"
@@ -120,7 +121,8 @@ func TestCorruptLogChild(t *testing.T) {
 }
 
 // A replica whose state was altered behind the log's back flags itself at
-// the next state check; the others do not.
+// the next state check; the others do not. It then serves no reads, and
+// when made leader it writes nothing and hands leadership away.
 func TestStateCheckFlagsTheAlteredReplica(t *testing.T) {
 	c := raftnodetest.Start(t, 3)
 	leader := c.Leader()
@@ -169,8 +171,23 @@ func TestStateCheckFlagsTheAlteredReplica(t *testing.T) {
 			t.Errorf("%s: /metrics lacks %q", n.ID, want)
 		}
 	}
-	if _, err := altered.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: "x", LeaseID: "L", TTL: 1000}); !errors.Is(err, raftnode.ErrNotLeader) {
-		t.Errorf("write on the diverged follower: %v", err)
+	if _, err := altered.Read(ctx, true); !errors.Is(err, raftnode.ErrDiverged) {
+		t.Errorf("stale read on the diverged node: %v, want ErrDiverged", err)
+	}
+	if _, err := leader.Read(ctx, false); err != nil {
+		t.Errorf("read on the healthy leader: %v", err)
+	}
+
+	// Made leader, it writes nothing and hands leadership away.
+	if err := leader.Raft().LeadershipTransferToServer(raft.ServerID(altered.ID), raft.ServerAddress(altered.RaftAddr)).Error(); err != nil {
+		t.Fatalf("transfer to the diverged node: %v", err)
+	}
+	next := c.WaitForNewLeader(altered)
+	if at, bad := next.Diverged(); bad {
+		t.Fatalf("leadership went to %s, diverged at %d", next.ID, at)
+	}
+	if altered.Raft().AppliedIndex() > next.Raft().AppliedIndex() {
+		t.Fatal("the diverged node wrote entries")
 	}
 
 }

@@ -84,9 +84,10 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.watchLeadership()
 	go n.register()
+	go n.watchIntegrity(cfg.StateCheckInterval)
 	return n, nil
 }
 
@@ -135,6 +136,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("log cache: %w", err)
 	}
 	n.fsm = &raftFSM{m: n.machine, applied: n.onApplied}
+	n.fsm.integrity.log.Store(&n.log) // before raft replays the log
 	n.logs = logs
 	n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, snaps, n.transport)
 	if err != nil {

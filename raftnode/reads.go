@@ -29,6 +29,9 @@ func (n *Node) Ready() bool {
 // linearizable: this node must lead, confirm it still does with a quorum,
 // and have applied everything committed before the read began.
 func (n *Node) Read(ctx context.Context, stale bool) (*fsm.Machine, error) {
+	if _, bad := n.Diverged(); bad {
+		return nil, ErrDiverged // its state is not the cluster's, stale or not
+	}
 	if stale {
 		return n.machine, nil
 	}
