@@ -20,9 +20,10 @@ type Fault struct {
 	// time passing (forward only: a monotonic clock never goes back).
 	JumpMonoMs int64 `json:"jump_mono_ms,omitempty"`
 	// PauseMonoMs makes the monotonic clock stand still for that long and
-	// then leap forward by it: what a process's clock looks like across a
-	// pause of that length (it reads the same until it resumes, then reads
-	// the time that really passed).
+	// then leap forward by it. Only the clock stops, not the node: on a
+	// leader that keeps serving this is beyond the lease bound (grants made
+	// during the freeze carry stale stamps, and the leap ends them early).
+	// A real pause stops the process too; the checker uses SIGSTOP for that.
 	PauseMonoMs int64 `json:"pause_mono_ms,omitempty"`
 	// JumpWallMs moves the wall clock by that much, either way.
 	JumpWallMs int64 `json:"jump_wall_ms,omitempty"`
