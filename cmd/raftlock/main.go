@@ -20,6 +20,7 @@ const (
 	exitHeld        = 3 // the lock is held by another lease
 	exitNotHolder   = 4 // the lease does not hold the lock (exec: the lease was lost)
 	exitUnavailable = 5 // no leader, overloaded, or no node answered within --timeout
+	exitUnknown     = 6 // the write may or may not have been applied (504 unknown_outcome)
 )
 
 const usage = `raftlock: a distributed lock service with Raft-replicated leases and fencing tokens.
@@ -51,7 +52,11 @@ Exit codes:
   3  held: another lease holds the lock
   4  not holder: the lease does not hold the lock (expired, released);
      exec: the lease was lost while the command ran, and the command was stopped
-  5  unavailable: no leader, overloaded, or no node answered within --timeout
+  5  unavailable: no leader, overloaded, or no node answered within --timeout;
+     nothing was applied
+  6  outcome unknown: the write may have been applied (or may still be) and
+     --timeout ran out before it was certain; check with 'raftlock get', or
+     resend it with the same --lease-id
   exec otherwise exits with the command's own code (128+N if signal N ended it,
   126 if it could not be run, 127 if it was not found); health exits 0 or 1.
 
