@@ -96,7 +96,7 @@ func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
 		resp, err := c.send(ctx, u, r, body)
 		if err != nil {
 			definite := notSent(err)
-			if !definite {
+			if !definite && r.method != http.MethodGet { // a read applies nothing
 				oc.mayHaveApplied(sent)
 			}
 			if ctx.Err() != nil {
@@ -143,7 +143,9 @@ func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
 			// 504 unknown_outcome (and a 500 or a proxy's 502) may have
 			// been applied: only a request that is safe to repeat is
 			// resent, with the same lease id.
-			oc.mayHaveApplied(sent)
+			if r.method != http.MethodGet {
+				oc.mayHaveApplied(sent)
+			}
 			if !r.idempotent {
 				return oc, unknownOutcome(oc, apiErr)
 			}
