@@ -255,8 +255,8 @@ func (c *cli) printJSON(v any) {
 }
 
 // classify maps an error of the client to an exit code, a short kind for
-// --json ("held", "not_holder", "unavailable", "bad_request", "error") and a
-// one-line message.
+// --json ("held", "not_holder", "unavailable", "unknown_outcome",
+// "bad_request", "error") and a one-line message.
 func classify(err error) (code int, kind, msg string) {
 	detail := strings.ReplaceAll(err.Error(), "raftlock: ", "")
 	var held *client.HeldError
@@ -272,6 +272,15 @@ func classify(err error) (code int, kind, msg string) {
 		return exitNotHolder, client.CodeNotHolder, "not holder: this lease does not hold the lock (it expired, was released, or never held it)"
 	case errors.Is(err, client.ErrLeaseLost):
 		return exitNotHolder, client.CodeNotHolder, detail
+	case errors.Is(err, client.ErrUnknownOutcome):
+		// Before the no_leader and deadline cases, which it may also match:
+		// those promise that nothing was applied, and this one cannot.
+		detail = strings.TrimPrefix(detail, "outcome unknown (the request may have been applied): ")
+		if last, ok := strings.CutPrefix(detail, "context deadline exceeded (last error: "); ok {
+			detail = "no certain answer within --timeout; last error: " + strings.TrimSuffix(last, ")")
+		}
+		return exitUnknown, client.CodeUnknownOutcome, "outcome unknown: the request may have been applied, or may still be; " +
+			"check with 'raftlock get' or resend it with the same --lease-id (" + detail + ")"
 	case errors.Is(err, client.ErrNoLeader) && errors.As(err, &apiErr):
 		return exitUnavailable, "unavailable", "no leader: the cluster is electing one or has lost its quorum (" + apiErr.Message + ")"
 	case errors.As(err, &certErr):

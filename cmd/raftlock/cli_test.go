@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strconv"
@@ -306,7 +309,7 @@ func TestCLIHelp(t *testing.T) {
 		})
 	}
 	r := runCLI(t, nil, "--help")
-	for _, want := range []string{"Exit codes:", "2  usage", "3  held", "4  not holder", "5  unavailable", "RAFTLOCK_ENDPOINTS"} {
+	for _, want := range []string{"Exit codes:", "2  usage", "3  held", "4  not holder", "5  unavailable", "6  outcome unknown", "RAFTLOCK_ENDPOINTS"} {
 		if r.code != exitOK || !strings.Contains(r.stdout, want) {
 			t.Errorf("raftlock --help lacks %q", want)
 		}
@@ -379,7 +382,8 @@ func eventually(t *testing.T, environ env, what string, ok func(result) bool, ar
 }
 
 // TestCLINoLeader: with two of three nodes gone, commands give up after
-// --timeout with exit 5, and the survivor is not healthy.
+// --timeout with exit 5 (6 for a write cut off in flight), and the survivor
+// is not healthy.
 func TestCLINoLeader(t *testing.T) {
 	cl := raftnodetest.Start(t, 3)
 	leader := cl.Leader()
@@ -401,7 +405,12 @@ func TestCLINoLeader(t *testing.T) {
 		{name: "acquire", args: args("acquire", "--timeout", "2s", "orders/2"), code: exitUnavailable, stderr: `^raftlock acquire: (no leader|cluster unavailable)`},
 		{name: "get", args: args("get", "--timeout", "2s", "orders/1"), code: exitUnavailable, stderr: `^raftlock get: (no leader|cluster unavailable)`},
 		{name: "list, json", args: args("list", "--json", "--timeout", "2s"), code: exitUnavailable, stdout: `^\{"error":"unavailable",`, stderr: "."},
-		{name: "release", args: args("release", "--timeout", "1s", "--lease-id", "0123456789abcdef", "orders/1"), code: exitUnavailable, stderr: "."},
+		// The survivor answers no_leader only after its LeaderWait (1s): a
+		// write cut off before that may, for all the client knows, have been
+		// applied.
+		{name: "release cut off by --timeout", args: args("release", "--timeout", "500ms", "--lease-id", "0123456789abcdef", "orders/1"),
+			code: exitUnknown, stderr: "^raftlock release: outcome unknown: "},
+		{name: "get cut off by --timeout", args: args("get", "--timeout", "500ms", "orders/1"), code: exitUnavailable, stderr: "^raftlock get: cluster unavailable"},
 		{name: "only dead nodes", args: args("get", "--timeout", "1s", "--endpoints", deadNodes, "orders/1"), code: exitUnavailable,
 			stderr: `^raftlock get: cluster unavailable: .*connection refused`},
 		{name: "health of the survivor", args: args("health", "--timeout", "1s"), code: exitError, stderr: `^raftlock health: http://127\.0\.0\.1:\d+/readyz: not ready`},
@@ -409,5 +418,41 @@ func TestCLINoLeader(t *testing.T) {
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) { s.run(t, base) })
+	}
+}
+
+// TestCLIUnknownOutcome: a write the cluster cannot vouch for (504
+// unknown_outcome until --timeout) exits 6 with its own message, never 5
+// ("nothing applied") nor 4.
+func TestCLIUnknownOutcome(t *testing.T) {
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Raftlock-Node", "n1")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusGatewayTimeout)
+		io.WriteString(w, `{"error":"unknown_outcome","message":"outcome unknown: leadership lost with the entry in flight"}`)
+	}))
+	defer srv.Close()
+	base := endpointsEnv([]string{srv.URL})
+	lease := []string{"--lease-id", "0123456789abcdef", "--timeout", "300ms"}
+	steps := []step{
+		{name: "release", args: args(append([]string{"release", "orders/1"}, lease...)...), code: exitUnknown,
+			stderr: `^raftlock release: outcome unknown: the request may have been applied, or may still be; check with 'raftlock get' or resend it with the same --lease-id \(.*leadership lost`},
+		{name: "renew, json", args: args(append([]string{"renew", "--json", "orders/1"}, lease...)...), code: exitUnknown,
+			stdout: `^\{"error":"unknown_outcome","message":"outcome unknown: `, stderr: "outcome unknown"},
+		{name: "acquire", args: args(append([]string{"acquire", "orders/1"}, lease...)...), code: exitUnknown, stderr: "^raftlock acquire: outcome unknown"},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) { s.run(t, base) })
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(paths) < 3 {
+		t.Errorf("requests %v", paths)
 	}
 }

@@ -20,7 +20,9 @@ The lease is not renewed after the command exits: renew it with
 a command runs, use 'raftlock exec'. The lease id is the secret that renews
 and releases the lease: keep it out of logs.
 
-Exits 3 when another lease holds the lock (after --wait, if given).
+Exits 3 when another lease holds the lock (after --wait, if given), 6 when
+the outcome is unknown (the lock may have been taken; that lease is released,
+best effort): run it again with a --lease-id of your own to resend safely.
 
 Examples:
   raftlock acquire --ttl 30s --owner nightly-report reports/daily
@@ -35,7 +37,8 @@ Renews the lease ID on lock NAME for another TTL (the lease's own TTL unless
 The lease id may come from RAFTLOCK_LEASE_ID instead, which keeps it out of
 the process list.
 
-Exits 4 when that lease no longer holds the lock (it expired or was released).
+Exits 4 when that lease no longer holds the lock (it expired or was released),
+6 when the outcome is unknown (the renewal may have been applied): run it again.
 
 Example:
   RAFTLOCK_LEASE_ID=$lease raftlock renew orders/89041
@@ -46,7 +49,9 @@ const releaseHelp = `Usage: raftlock release --lease-id ID [flags] NAME
 Releases lock NAME held by lease ID. A release never frees another lease's
 lock. The lease id may come from RAFTLOCK_LEASE_ID instead.
 
-Exits 4 when that lease does not hold the lock.
+Exits 4 when that lease does not hold the lock, 6 when the outcome is unknown
+(the release may have been applied): run it again; exit 4 then means the
+lease holds the lock no more, by that release or by expiry.
 
 Example:
   RAFTLOCK_LEASE_ID=$lease raftlock release orders/89041
