@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,6 +143,23 @@ func TestTLSStreamLayerRefusesStrangers(t *testing.T) {
 		if c, err := layer(t, node.Peer()).Dial(addr(stranger), 2*time.Second); err == nil {
 			c.Close()
 			t.Fatal("dial to a peer with another CA's certificate succeeded")
+		}
+	})
+	t.Run("API client certificate of the same CA dialing", func(t *testing.T) {
+		// Issue 13: one CA signs nodes and API clients; chaining to it
+		// must not make a Raft peer.
+		srv := layer(t, node.Peer())
+		res := serveOnce(srv)
+		c, err := layer(t, ca.ClientBundle("mallory").Peer()).Dial(addr(srv), 2*time.Second)
+		if err == nil {
+			defer c.Close()
+			err = roundTrip(c)
+		}
+		if err == nil {
+			t.Fatal("an API client certificate got an answer from the Raft port")
+		}
+		if err := <-res; err == nil || !strings.Contains(err.Error(), "not a raftlock node certificate") {
+			t.Fatalf("the node accepted an API client certificate, or said not why: %v", err)
 		}
 	})
 	t.Run("peer without a certificate", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
@@ -137,6 +138,12 @@ func TestParseServeSecurity(t *testing.T) {
 		os.WriteFile(p, []byte(content), 0o600)
 		return p
 	}
+	writeMode := func(name, content string, mode os.FileMode) string {
+		p := write(name, content)
+		os.Chmod(p, mode) // whatever the umask
+		return p
+	}
+	client := writeClientCert(t, dir, "alice")
 	tokens := write("tokens", cliRW+" read-write\n"+cliAdmin+" admin\n")
 	noAdmin := write("no-admin", cliRW+" read-write\n")
 	node := []string{"--id", "n1", "--data-dir", "d"}
@@ -175,6 +182,10 @@ func TestParseServeSecurity(t *testing.T) {
 		{name: "no admin token", args: []string{"--auth-tokens", noAdmin}, wantErr: "no admin token"},
 		{name: "join token alone", args: []string{"--join-token", "x"}, wantErr: "--join-token needs --auth-tokens"},
 		{name: "bad token file", args: []string{"--auth-tokens", write("bad", cliRW+" superuser\n")}, wantErr: `line 1: role "superuser"`},
+		// As ssh refuses a private key others can read.
+		{name: "token file readable by others", args: []string{"--auth-tokens", writeMode("open", cliAdmin+" admin\n", 0o644)}, wantErr: "(mode 0644); it holds the cluster's tokens: run chmod 600 "},
+		{name: "token file writable by group", args: []string{"--auth-tokens", writeMode("group", cliAdmin+" admin\n", 0o620)}, wantErr: "run chmod 600"},
+		{name: "client certificate as node certificate", args: []string{"--tls-cert", client.Cert, "--tls-key", client.Key, "--tls-ca", client.CA}, wantErr: "not a raftlock node certificate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,4 +205,21 @@ func TestParseServeSecurity(t *testing.T) {
 			tc.check(t, c)
 		})
 	}
+}
+
+// writeClientCert writes an API client certificate (no peer mark) for name
+// and its CA into dir/client.
+func writeClientCert(t *testing.T, dir, name string) tlsconfig.Files {
+	t.Helper()
+	ca := tlstest.NewCA(t, "client CA")
+	certPEM, keyPEM := ca.IssueClient(name)
+	d := filepath.Join(dir, "client")
+	os.Mkdir(d, 0o700)
+	f := tlsconfig.Files{CA: filepath.Join(d, "ca.pem"), Cert: filepath.Join(d, name+".pem"), Key: filepath.Join(d, name+"-key.pem")}
+	for p, b := range map[string][]byte{f.CA: ca.PEM, f.Cert: certPEM, f.Key: keyPEM} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
 }

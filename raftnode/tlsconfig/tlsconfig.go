@@ -2,6 +2,11 @@
 // client certificate, its key, and the CA that signed every party) and builds
 // the three tls.Configs the project uses: the HTTPS server, an HTTPS client,
 // and the mutual-TLS peer config of the Raft transport.
+//
+// One CA signs node and API client certificates alike, so chaining to the CA
+// cannot be what makes a Raft peer: a node certificate also carries a URI
+// subject alternative name raftlock-peer://NAME (PeerScheme), which client
+// certificates never have, and the Raft transport demands it on both ends.
 package tlsconfig
 
 import (
@@ -11,6 +16,51 @@ import (
 	"fmt"
 	"os"
 )
+
+// PeerScheme is the URI scheme of the subject alternative name that marks a
+// node certificate: raftlock-peer://NAME. scripts/certs.sh writes it into
+// node certificates and never into client ones (--client).
+const PeerScheme = "raftlock-peer"
+
+// PeerName returns the NAME of cert's raftlock-peer://NAME URI, and whether
+// it has one: only node certificates do.
+func PeerName(cert *x509.Certificate) (string, bool) {
+	for _, u := range cert.URIs {
+		if u.Scheme == PeerScheme && u.Host != "" {
+			return u.Host, true
+		}
+	}
+	return "", false
+}
+
+// errNotPeer says why a certificate is not a node's, and what to do when the
+// certificate is a node's made before the peer mark existed.
+func errNotPeer(cert *x509.Certificate) error {
+	return fmt.Errorf("certificate %q is not a raftlock node certificate: it has no %s://NAME subject alternative name. "+
+		"API client certificates are refused on the Raft port; a node certificate made by an older scripts/certs.sh "+
+		"lacks the mark: re-run scripts/certs.sh DIR NAME... (it reissues such node certificates) and restart the node",
+		cert.Subject.CommonName, PeerScheme)
+}
+
+// CheckNode reports whether the bundle's own certificate is a node
+// certificate, so that a node with an unmarked one refuses to start with the
+// reason instead of failing every Raft handshake.
+func (b *Bundle) CheckNode() error {
+	if b.Cert == nil {
+		return errors.New("a node needs a certificate")
+	}
+	leaf := b.Cert.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(b.Cert.Certificate[0]); err != nil {
+			return fmt.Errorf("parse certificate: %w", err)
+		}
+	}
+	if _, ok := PeerName(leaf); !ok {
+		return errNotPeer(leaf)
+	}
+	return nil
+}
 
 // Files names the PEM files. CA is required; Cert and Key go together.
 type Files struct {
@@ -103,11 +153,23 @@ func (b *Bundle) Client() *tls.Config {
 // Peer is the Raft transport's config, used on both ends of a connection:
 // as a server it demands a client certificate signed by the CA, as a client
 // it verifies the server against the CA and offers the same node
-// certificate. So a peer without a certificate from this CA is refused in
-// both directions.
+// certificate. Either way the other end's certificate must also carry the
+// raftlock-peer mark: an API client certificate from the same CA is refused.
 func (b *Bundle) Peer() *tls.Config {
 	c := b.Client()
 	c.ClientCAs = b.Pool
 	c.ClientAuth = tls.RequireAndVerifyClientCert
+	c.VerifyConnection = verifyPeer
 	return c
+}
+
+// verifyPeer runs after the chain is verified, on both ends.
+func verifyPeer(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("raft peer presented no certificate")
+	}
+	if _, ok := PeerName(cs.PeerCertificates[0]); !ok {
+		return errNotPeer(cs.PeerCertificates[0])
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -48,23 +49,49 @@ func NewCA(t testing.TB, name string) *CA {
 	return &CA{t: t, cert: cert, key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-// Issue makes a certificate for name, valid as server and client, with
-// name, localhost and 127.0.0.1 as subject alternative names. It returns
-// the certificate and key in PEM.
+// Issue makes a node certificate for name, valid as server and client, with
+// name, localhost and 127.0.0.1 as subject alternative names and the
+// raftlock-peer://name mark. It returns the certificate and key in PEM.
 func (ca *CA) Issue(name string) (certPEM, keyPEM []byte) {
+	ca.t.Helper()
+	return ca.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:    []string{name, "localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		URIs:        []*url.URL{{Scheme: tlsconfig.PeerScheme, Host: name}},
+	})
+}
+
+// IssueClient makes an API client certificate for name, as
+// scripts/certs.sh --client does: client authentication only, no peer mark.
+func (ca *CA) IssueClient(name string) (certPEM, keyPEM []byte) {
+	ca.t.Helper()
+	return ca.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+}
+
+// ClientBundle is Bundle with an API client certificate for name.
+func (ca *CA) ClientBundle(name string) *tlsconfig.Bundle {
+	ca.t.Helper()
+	certPEM, keyPEM := ca.IssueClient(name)
+	b, err := tlsconfig.FromPEM(ca.PEM, certPEM, keyPEM)
+	if err != nil {
+		ca.t.Fatalf("tlstest: bundle: %v", err)
+	}
+	return b
+}
+
+func (ca *CA) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
 	t := ca.t
 	t.Helper()
+	name := tmpl.Subject.CommonName
 	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(t),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{name, "localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
+	tmpl.SerialNumber = serial(t)
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		t.Fatalf("tlstest: issue %s: %v", name, err)
