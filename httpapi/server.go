@@ -1,4 +1,4 @@
-// Package httpapi serves raftlock's HTTP API (../shared/API.md) on top of a
+// Package httpapi serves raftlock's HTTP API (docs/API.md, the contract) on top of a
 // small Store interface. Writes and linearizable reads that reach a follower
 // are forwarded to the leader in exactly one hop (forward.go).
 package httpapi
