@@ -106,9 +106,9 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 		if err := ctx.Err(); err != nil {
 			return fsm.Result{}, err
 		}
-		if h, ok := q.holder(cmd.Name); ok {
-			held.Holder = h
-		}
+		// Name the holder now; none when the lock is free but promised to a
+		// waiter ahead (the first answer's holder may have released).
+		held.Holder, _ = q.holder(cmd.Name)
 		return held, nil
 	}
 	// A grant for w is in flight (or just answered). When only the wait ran

@@ -27,6 +27,7 @@ func acquireWaiting(ctx context.Context, url, name, lease string, waitMs int) <-
 	go func() {
 		b, _ := json.Marshal(map[string]any{"name": name, "owner": lease, "lease_id": lease, "ttl_ms": 60000, "wait_ms": waitMs})
 		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/locks/acquire", bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
 		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 		resp, err := client.Do(req)
 		if err != nil {
