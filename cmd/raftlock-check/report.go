@@ -151,8 +151,18 @@ func (rep *report) print(r *runner) {
 	} else {
 		fmt.Fprintf(w, "leader kill -> next successful acquire: no leader kills measured\n")
 	}
-	fmt.Fprintf(w, "registers: fenced %d writes accepted, %d refused (stale token); unfenced %d writes, %d lost\n",
-		rep.regs.FencedAccepted, rep.regs.FencedRejected, rep.regs.UnfencedWrites, rep.regs.UnfencedLost)
+	fmt.Fprintf(w, "registers: fenced %d writes accepted, %d refused (stale token), %d second writes under one token refused; unfenced %d writes, %d lost\n",
+		rep.regs.FencedAccepted, rep.regs.FencedRejected, rep.regs.FencedRepeats, rep.regs.UnfencedWrites, rep.regs.UnfencedLost)
+	waits, late := 0, 0
+	for _, o := range rep.ops {
+		if o.Kind == history.Acquire && o.Wait > 0 {
+			waits++
+			if o.Outcome == history.OK && o.Return-o.Call >= o.Wait*int64(time.Millisecond) {
+				late++
+			}
+		}
+	}
+	fmt.Fprintf(w, "boundary: %d waiting acquires, %d granted as their wait ran out\n", waits, late)
 	fmt.Fprintf(w, "checking took %v\nproperties:\n", rep.checkTime.Round(time.Millisecond))
 	for _, p := range rep.props {
 		verdict := "PASS"

@@ -48,7 +48,7 @@ const (
 	Free      = "free"       // read: not held
 	Rejected  = "rejected"   // fenced register refused a stale token
 	Fail      = "fail"       // definitely had no effect (4xx, connection refused)
-	Unknown   = "unknown"    // timeout, 5xx, 429, broken connection
+	Unknown   = "unknown"    // timeout, 5xx (504 unknown_outcome included), 429, broken connection
 )
 
 // Entry is one journal line.
@@ -60,6 +60,7 @@ type Entry struct {
 	Name    string `json:"name,omitempty"`
 	Lease   string `json:"lease,omitempty"`
 	TTL     int64  `json:"ttl,omitempty"`   // ms
+	Wait    int64  `json:"wait,omitempty"`  // acquire: wait_ms asked for
 	Token   uint64 `json:"token,omitempty"` // call: register token; ret: granted or read token
 	Based   int64  `json:"based,omitempty"` // register write: version it was based on
 	Time    int64  `json:"t"`
@@ -69,6 +70,8 @@ type Entry struct {
 	Node    string `json:"node,omitempty"`    // endpoint the call went to
 	Status  int    `json:"status,omitempty"`
 	Err     string `json:"err,omitempty"`
+	// RetryAfter is an unknown outcome's Retry-After in seconds; not journalled.
+	RetryAfter int `json:"-"`
 }
 
 // Journal appends entries to a file, one JSON object a line, each written
@@ -110,6 +113,7 @@ type Op struct {
 	Name    string
 	Lease   string
 	TTL     int64 // ms
+	Wait    int64 // ms: an acquire's wait_ms
 	Token   uint64
 	Based   int64
 	Call    int64
@@ -195,7 +199,7 @@ func Pair(entries []Entry) []Op {
 	}
 	ops := make([]Op, 0, len(calls))
 	for id, c := range calls {
-		o := Op{ID: id, Client: c.Client, Kind: c.Op, Name: c.Name, Lease: c.Lease, TTL: c.TTL,
+		o := Op{ID: id, Client: c.Client, Kind: c.Op, Name: c.Name, Lease: c.Lease, TTL: c.TTL, Wait: c.Wait,
 			Token: c.Token, Based: c.Based, Call: c.Time, Return: math.MaxInt64, Outcome: Unknown, Node: c.Node}
 		if r, ok := rets[id]; ok {
 			o.Return, o.Outcome, o.Holder, o.Version, o.Err = r.Time, r.Outcome, r.Holder, r.Version, r.Err
@@ -229,6 +233,9 @@ type Access struct {
 	Based    int64  `json:"based,omitempty"` // write: the version the writer read
 	Version  int64  `json:"version"`         // version after the access
 	Accepted bool   `json:"accepted"`
+	// Again marks a holder's second write under one token, which the
+	// shipped guard must refuse.
+	Again bool `json:"again,omitempty"`
 	// Lost names the accepted writes this write overwrote without having
 	// read them: lost updates.
 	Lost []string `json:"lost,omitempty"`

@@ -174,6 +174,7 @@ func Tokens(ops []history.Op) []Violation {
 // RegisterReport is property (c)'s findings.
 type RegisterReport struct {
 	FencedAccepted, FencedRejected int
+	FencedRepeats                  int // second writes under one token, refused as the shipped guard must
 	UnfencedWrites, UnfencedLost   int
 	Violations                     []Violation
 }
@@ -198,6 +199,9 @@ func Registers(log []history.Access, ops []history.Op) RegisterReport {
 func RegisterSafety(log []history.Access, ops []history.Op) RegisterReport {
 	var r RegisterReport
 	maxTok := map[string]uint64{}
+	// The shipped guard accepts each token once per resource: reads and
+	// writes each strictly increase (a grant reads once, then writes once).
+	last := map[[2]any]uint64{}
 	accepted := map[string]history.Access{}
 	lost := map[string]bool{}
 	for _, a := range log {
@@ -209,7 +213,10 @@ func RegisterSafety(log []history.Access, ops []history.Op) RegisterReport {
 			continue
 		}
 		if !a.Accepted {
-			if a.Write {
+			switch {
+			case a.Write && a.Again:
+				r.FencedRepeats++
+			case a.Write:
 				r.FencedRejected++
 			}
 			continue
@@ -222,6 +229,11 @@ func RegisterSafety(log []history.Access, ops []history.Op) RegisterReport {
 			r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("fenced register %q accepted token %d (%s) after token %d", a.Name, a.Token, a.OpID, maxTok[a.Name])})
 		}
 		maxTok[a.Name] = max(maxTok[a.Name], a.Token)
+		k := [2]any{a.Name, a.Write}
+		if prev, ok := last[k]; ok && a.Token <= prev {
+			r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("fenced register %q accepted token %d (%s, write=%v) though it had accepted token %d: the guard accepts a token once", a.Name, a.Token, a.OpID, a.Write, prev)})
+		}
+		last[k] = a.Token
 		for _, l := range a.Lost {
 			lost[l] = true
 			r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("fenced register %q lost write %s: overwritten by %s (token %d) which had not read it", a.Name, l, a.OpID, a.Token)})

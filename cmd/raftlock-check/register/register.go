@@ -6,20 +6,26 @@
 // overwrites writes its client never saw: a lost update, which the register
 // records.
 //
-// The fenced register checks the fencing token on every access, reads
-// included: it refuses a token lower than the highest it has accepted and
-// accepts an equal one (equal tokens come from one grant, so from the one
-// client that holds it; its reads and writes interleave with nobody's).
-// Fencing reads too is what makes fencing prevent lost updates: once a newer
-// holder has read, an older holder's write is refused.
+// The fenced register checks tokens with the guard raftlock ships,
+// client/fence's in-memory guard, so the checker exercises the shipped rule:
+// a token is accepted once per resource, and only if strictly higher than
+// every one accepted before. It checks reads too, with a guard of their own:
+// a read advances the read guard; a write must not be below the highest
+// token read, and advances the write guard. So one grant reads once and
+// writes once, a second write under one token is refused, and once a newer
+// holder has read, an older holder's write is refused: fencing reads is what
+// makes fencing prevent lost updates. Both checks run under one mutex, so
+// they are one atomic step.
 package register
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
 	"sync"
 
+	"github.com/raftlock/raftlock/client/fence"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 )
 
@@ -30,6 +36,7 @@ type Request struct {
 	Token  uint64 `json:"token"`
 	Based  int64  `json:"based"`
 	Op     string `json:"op"`
+	Again  bool   `json:"again,omitempty"` // a second write under one token, expected refused
 }
 
 // Response answers an accepted access.
@@ -39,22 +46,33 @@ type Response struct {
 
 type reg struct {
 	version int64
-	maxTok  uint64
 	writers map[int64]string // version -> op id that wrote it
 	lost    map[string]bool
 }
 
 // Server holds all registers and their log.
 type Server struct {
-	mu   sync.Mutex
-	regs map[[2]string]*reg
-	log  []history.Access
-	ln   net.Listener
-	srv  *http.Server
+	mu     sync.Mutex
+	regs   map[[2]string]*reg
+	reads  *fence.Memory // fenced reads, by lock name
+	writes *fence.Memory // fenced writes, by lock name
+	log    []history.Access
+	ln     net.Listener
+	srv    *http.Server
 }
 
 // New returns an empty register server; Start serves it.
-func New() *Server { return &Server{regs: map[[2]string]*reg{}} }
+func New() *Server {
+	return &Server{regs: map[[2]string]*reg{}, reads: fence.NewMemory(), writes: fence.NewMemory()}
+}
+
+// admit applies the fence to one fenced access; s.mu is held.
+func (s *Server) admit(write bool, q Request) bool {
+	if !write {
+		return s.reads.Advance(context.Background(), q.Name, q.Token) == nil
+	}
+	return q.Token >= s.reads.Current(q.Name) && s.writes.Advance(context.Background(), q.Name, q.Token) == nil
+}
 
 // Access applies one read or write and returns the log entry.
 func (s *Server) Access(write bool, q Request) history.Access {
@@ -69,16 +87,13 @@ func (s *Server) Access(write bool, q Request) history.Access {
 		r = &reg{writers: map[int64]string{}, lost: map[string]bool{}}
 		s.regs[[2]string{kind, q.Name}] = r
 	}
-	a := history.Access{Seq: len(s.log), Fenced: q.Fenced, Name: q.Name, Write: write, OpID: q.Op, Token: q.Token, Based: q.Based}
-	if q.Fenced && q.Token < r.maxTok {
+	a := history.Access{Seq: len(s.log), Fenced: q.Fenced, Name: q.Name, Write: write, OpID: q.Op, Token: q.Token, Based: q.Based, Again: q.Again}
+	if q.Fenced && !s.admit(write, q) {
 		a.Version = r.version
 		s.log = append(s.log, a)
 		return a
 	}
 	a.Accepted = true
-	if q.Fenced {
-		r.maxTok = q.Token
-	}
 	if write {
 		for v := q.Based + 1; v <= r.version; v++ {
 			if w := r.writers[v]; w != "" && !r.lost[w] {

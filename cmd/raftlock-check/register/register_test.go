@@ -25,3 +25,21 @@ func TestFencedRefusesStaleAndUnfencedLoses(t *testing.T) {
 		t.Fatalf("log has %d entries, want 8", n)
 	}
 }
+
+// The fenced register uses client/fence's rule: a token is accepted once, so
+// a holder's second write under one token is refused.
+func TestFencedAcceptsATokenOnce(t *testing.T) {
+	s := New()
+	r := s.Access(false, Request{Fenced: true, Name: "L", Token: 7, Op: "read"})
+	w := s.Access(true, Request{Fenced: true, Name: "L", Token: 7, Based: r.Version, Op: "write"})
+	again := s.Access(true, Request{Fenced: true, Name: "L", Token: 7, Based: w.Version, Op: "again", Again: true})
+	if !r.Accepted || !w.Accepted {
+		t.Fatalf("the holder's read and first write: %+v %+v", r, w)
+	}
+	if again.Accepted || !again.Again {
+		t.Fatalf("second write under one token: %+v", again)
+	}
+	if reread := s.Access(false, Request{Fenced: true, Name: "L", Token: 7, Op: "reread"}); reread.Accepted {
+		t.Fatalf("second read under one token: %+v", reread)
+	}
+}
