@@ -86,7 +86,7 @@ func runMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "raftlock-check:", err)
 		return 2
 	}
-	if cfg.seededBug != "" {
+	if cfg.seededBug != "" && !proxy.ServerSide(cfg.seededBug) {
 		if _, err := proxy.Lookup(cfg.seededBug); err != nil {
 			fmt.Fprintln(os.Stderr, "raftlock-check:", err)
 			return 2
@@ -194,10 +194,22 @@ func (r *runner) setup() error {
 		extra = append(extra, "--snapshot-interval", "1s")
 		r.snapWait = min(r.snapWait, 10*time.Second)
 	}
+	var env []string
+	serverBug := r.cfg.seededBug != "" && proxy.ServerSide(r.cfg.seededBug)
+	if serverBug {
+		env = append(env, "RAFTLOCK_SEEDED_BUG="+r.cfg.seededBug)
+	}
 	var err error
-	r.c, err = cluster.Start(cluster.Options{Bin: bin, Dir: filepath.Join(r.dir, "logs"), Extra: extra})
+	r.c, err = cluster.Start(cluster.Options{Bin: bin, Dir: filepath.Join(r.dir, "logs"), Extra: extra, Env: env})
 	if err != nil {
 		return fmt.Errorf("starting the cluster: %w", err)
+	}
+	if serverBug {
+		// A server built without the tag would pass and prove nothing.
+		b, _ := os.ReadFile(r.c.Nodes[0].LogPath)
+		if !strings.Contains(string(b), "SEEDED BUG \""+r.cfg.seededBug+"\"") {
+			return fmt.Errorf("seeded bug %q lives in the server, but %s did not enable it (build it with -tags raftlock_seeded_bugs)", r.cfg.seededBug, bin)
+		}
 	}
 	r.reg = register.New()
 	regURL, err := r.reg.Start()
@@ -208,7 +220,7 @@ func (r *runner) setup() error {
 	for _, n := range r.c.Nodes {
 		urls = append(urls, n.URL())
 	}
-	if r.cfg.seededBug != "" {
+	if r.cfg.seededBug != "" && !serverBug {
 		bug, err := proxy.Lookup(r.cfg.seededBug)
 		if err != nil {
 			return err

@@ -20,6 +20,9 @@ import (
 
 var bins struct {
 	dir, raftlock, checker, seeded string
+	// seededServer is raftlock built with -tags raftlock_seeded_bugs: it
+	// carries the server-side seeded bugs, off unless RAFTLOCK_SEEDED_BUG asks.
+	seededServer string
 }
 
 func TestMain(m *testing.M) {
@@ -53,6 +56,8 @@ func build(t *testing.T) {
 		bins.raftlock = filepath.Join(dir, "raftlock")
 		goBuild(bins.raftlock, "github.com/raftlock/raftlock/cmd/raftlock")
 	}
+	bins.seededServer = filepath.Join(dir, "raftlock-seeded")
+	goBuild(bins.seededServer, "-tags", "raftlock_seeded_bugs", "github.com/raftlock/raftlock/cmd/raftlock")
 	bins.seeded = filepath.Join(dir, "raftlock-check-seeded")
 	goBuild(bins.seeded, "-tags", "raftlock_seeded_bugs", ".")
 	bins.checker = filepath.Join(dir, "raftlock-check")
@@ -122,6 +127,46 @@ func TestSeededBugEarlyExpiry(t *testing.T) { seededBug(t, "early-expiry", "a", 
 // phantom-release: a release is acknowledged but never applied; the lock
 // is later found held by a lease its client released.
 func TestSeededBugPhantomRelease(t *testing.T) { seededBug(t, "phantom-release", "e") }
+
+// waiter-timeout-release (issue 12, in the server itself): a parked acquire
+// whose wait runs out while its grant is in flight is answered with that
+// grant, which the server has just released. The workload's boundary cycles
+// aim waits at the instants holders release, and retry each grant on another
+// node, so the bug is met many times a run: the next grant overlaps the
+// released one (a), or the retry gets a new token while the lease must hold
+// (b). Only holder pauses are injected: the bug needs no faults, and they
+// keep (c)'s unfenced register losing writes.
+func TestSeededBugWaiterTimeoutRelease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end run of about 30 s")
+	}
+	build(t)
+	code, report := runChecker(t, bins.seeded, []string{"RAFTLOCK_SEEDED_BUG=waiter-timeout-release"},
+		"--raftlock-bin", bins.seededServer, "--duration", "20s", "--seed", "4242", "--clients", "8", "--locks", "2", "--faults", "holder-pause")
+	if code != 1 {
+		t.Fatalf("exit status %d, want 1\n%s", code, report)
+	}
+	if !strings.Contains(verdict(report, "a"), "FAIL") && !strings.Contains(verdict(report, "b"), "FAIL") {
+		t.Errorf("neither (a) nor (b) reported as failing\n%s", report)
+	}
+	if !strings.Contains(verdict(report, "e"), "FAIL") {
+		t.Errorf("(e) not reported as failing\n%s", report)
+	}
+}
+
+// The same server build without the environment variable has no bug: the
+// same workload passes.
+func TestSeededServerIsCorrectUnlessAsked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end run of about 30 s")
+	}
+	build(t)
+	code, report := runChecker(t, bins.checker, nil,
+		"--raftlock-bin", bins.seededServer, "--duration", "20s", "--seed", "4242", "--clients", "8", "--locks", "2", "--faults", "holder-pause")
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0\n%s", code, report)
+	}
+}
 
 // An ordinary build refuses to seed a bug.
 func TestOrdinaryBuildHasNoSeededBugs(t *testing.T) {

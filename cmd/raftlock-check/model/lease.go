@@ -113,7 +113,12 @@ func step(s state, in input, out output) []state {
 			}
 			add(grant(s, out.Token))
 		case history.Held:
-			if s.Holder != "" && s.Holder != in.Lease {
+			if out.Token == 0 && s.Holder != in.Lease {
+				// Refused with no holder named: the lock is promised to a
+				// parked waiter whose grant has not applied (an acquire
+				// never jumps the queue), so it may be free here.
+				add(move(s, 0))
+			} else if s.Holder != "" && s.Holder != in.Lease {
 				t, ok := reveal(s, out.Token)
 				t, ok2 := move(t, 0)
 				add(t, ok && ok2)

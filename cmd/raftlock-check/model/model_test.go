@@ -44,6 +44,16 @@ func TestModel(t *testing.T) {
 			op("3", 1, history.Release, "A", 0, 40, 50, history.OK, 0),
 			op("4", 2, history.Acquire, "B", 1000, 60, 70, history.OK, 9),
 		}},
+		{"held with no holder named: the lock is promised to a waiter", porcupine.Ok, []history.Op{
+			op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5),
+			op("2", 1, history.Release, "A", 0, 20, 30, history.OK, 0),
+			op("3", 2, history.Acquire, "B", 1000, 40, 50, history.Held, 0),
+		}},
+		{"held naming a holder that released", porcupine.Illegal, []history.Op{
+			op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5),
+			op("2", 1, history.Release, "A", 0, 20, 30, history.OK, 0),
+			op("3", 2, history.Acquire, "B", 1000, 40, 50, history.Held, 5),
+		}},
 		{"grant to another while the lease must still hold", porcupine.Illegal, []history.Op{
 			op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5),
 			op("2", 2, history.Acquire, "B", 1000, 500, 510, history.OK, 9),

@@ -6,11 +6,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 )
 
 // SeededBugs lists the bugs a test build can seed, by name.
 var SeededBugs = []string{"grant-over-holder", "early-expiry", "phantom-release"}
+
+// ServerBugs are seeded into the raftlock server itself, built with the same
+// tag: the checker starts no relay and hands the name to the nodes in
+// RAFTLOCK_SEEDED_BUG. waiter-timeout-release is issue 12's bug: a parked
+// acquire whose wait runs out while its grant is in flight gets the grant,
+// which the server has just released.
+var ServerBugs = []string{"waiter-timeout-release"}
+
+// ServerSide reports whether the named bug lives in the server.
+func ServerSide(name string) bool { return slices.Contains(ServerBugs, name) }
 
 // Lookup returns the named bug.
 func Lookup(name string) (Bug, error) {

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -79,23 +80,55 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// Boundary is the period of the shared release schedule. In a boundary
+// cycle a holder releases at the next multiple of it (of CLOCK_MONOTONIC,
+// one clock for every process) and a client refused the lock asks to wait
+// until about that same instant, so waits often run out just as the lock
+// frees and its grant to the head waiter is in flight: the moment when a
+// server must let that grant stand (issue 12).
+const Boundary = 400 * time.Millisecond
+
+// nextBoundary returns the first release instant at least lead after now.
+func nextBoundary(now int64, lead time.Duration) int64 {
+	p := int64(Boundary)
+	return (now+int64(lead))/p*p + p
+}
+
 // cycle is one acquire, hold, write, release.
 func (c *Client) cycle(ctx context.Context) {
 	name := c.cfg.Locks[c.rnd.Intn(len(c.cfg.Locks))]
 	ttl := int64(1000 + c.rnd.Intn(2001))
 	lease := fmt.Sprintf("c%02d-%06d-%08x", c.cfg.ID, c.seq+1, c.rnd.Uint32())
+	boundary := c.rnd.Intn(5) < 2
 	var tok uint64
-	for try := 0; try < 4; try++ { // an unknown outcome is retried with the same lease id
-		e := c.call(history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTL: ttl}, "/v1/locks/acquire",
-			map[string]any{"name": name, "owner": c.owner(), "ttl_ms": ttl, "lease_id": lease})
+	var via string // the node that granted
+	var wait int64 // ms; set once, for the first held answer of a boundary cycle
+	waited := false
+	// An unknown outcome is retried with the same lease id.
+	for try := 0; try < 4; try++ {
+		body := map[string]any{"name": name, "owner": c.owner(), "ttl_ms": ttl, "lease_id": lease}
+		if wait > 0 {
+			body["wait_ms"] = wait
+		}
+		e := c.call(history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTL: ttl, Wait: wait}, "/v1/locks/acquire", body)
+		wait = 0
 		if e.Outcome == history.OK {
-			tok = e.Token
+			tok, via = e.Token, e.Node
 			break
 		}
 		if e.Outcome == history.Held {
-			break
+			if !boundary || waited {
+				break
+			}
+			// Wait until the next release instant, give or take the time
+			// a release takes to commit and a grant to start.
+			waited = true
+			end := nextBoundary(history.Now(), 60*time.Millisecond) + int64(time.Duration(c.rnd.Intn(41)-5)*time.Millisecond)
+			wait = max(1, (end-history.Now())/int64(time.Millisecond))
+			try--
+			continue
 		}
-		if !c.sleep(ctx, time.Duration(50+c.rnd.Intn(100))*time.Millisecond) {
+		if !c.sleep(ctx, max(c.retryAfter(e), time.Duration(50+c.rnd.Intn(100))*time.Millisecond)) {
 			break
 		}
 	}
@@ -103,10 +136,21 @@ func (c *Client) cycle(ctx context.Context) {
 		c.sleep(ctx, time.Duration(20+c.rnd.Intn(130))*time.Millisecond)
 		return
 	}
+	if boundary {
+		// An idempotent retry of the same acquire on another node: while
+		// the lease holds it must answer the same token.
+		c.callOn(c.otherNode(via), history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTL: ttl}, "/v1/locks/acquire",
+			map[string]any{"name": name, "owner": c.owner(), "ttl_ms": ttl, "lease_id": lease})
+	}
 	fv, fok := c.reg(history.FRead, register.Request{Fenced: true, Name: name, Token: tok})
 	uv, _ := c.reg(history.URead, register.Request{Name: name, Token: tok})
 	t := time.Duration(ttl) * time.Millisecond
-	if c.cfg.Renew {
+	switch {
+	case boundary:
+		// Hold until a release instant, then release on it.
+		end := nextBoundary(history.Now(), 100*time.Millisecond)
+		c.sleep(ctx, time.Duration(end-history.Now()))
+	case c.cfg.Renew:
 		hold := time.Duration(float64(t) * (0.5 + 1.5*c.rnd.Float64()))
 		end := time.Now().Add(hold)
 		for time.Now().Before(end) {
@@ -122,29 +166,57 @@ func (c *Client) cycle(ctx context.Context) {
 				break
 			}
 		}
-	} else {
+	default:
 		c.sleep(ctx, time.Duration(float64(t)*(0.3+1.4*c.rnd.Float64())))
 	}
 	// Write whatever happened meanwhile: a client that overran its lease or
 	// was paused writes with its old token, as real ones do.
 	if fok {
-		c.reg(history.FWrite, register.Request{Fenced: true, Name: name, Token: tok, Based: fv})
+		v, ok := c.reg(history.FWrite, register.Request{Fenced: true, Name: name, Token: tok, Based: fv})
+		if ok && c.rnd.Intn(8) == 0 {
+			// A second write under one token: the shipped guard
+			// (client/fence) accepts a token once per resource, so this
+			// one must be refused.
+			c.reg(history.FWrite, register.Request{Fenced: true, Name: name, Token: tok, Based: v, Again: true})
+		}
 	}
 	c.reg(history.UWrite, register.Request{Name: name, Token: tok, Based: uv})
 	c.call(history.Entry{Op: history.Release, Name: name, Lease: lease}, "/v1/locks/release",
 		map[string]any{"name": name, "lease_id": lease})
 }
 
+// otherNode returns a node other than not (any node if there is one only).
+func (c *Client) otherNode(not string) string {
+	if len(c.cfg.Nodes) < 2 {
+		return c.cfg.Nodes[0]
+	}
+	for {
+		if n := c.cfg.Nodes[c.rnd.Intn(len(c.cfg.Nodes))]; n != not {
+			return n
+		}
+	}
+}
+
+// retryAfter is how long an unknown outcome's Retry-After asked to wait,
+// at most a second.
+func (c *Client) retryAfter(e history.Entry) time.Duration {
+	return min(time.Duration(e.RetryAfter)*time.Second, time.Second)
+}
+
 // call sends one lock request to a random node, journalling it.
 func (c *Client) call(e history.Entry, path string, body any) history.Entry {
-	node := c.cfg.Nodes[c.rnd.Intn(len(c.cfg.Nodes))]
+	return c.callOn(c.cfg.Nodes[c.rnd.Intn(len(c.cfg.Nodes))], e, path, body)
+}
+
+// callOn sends one lock request to node, journalling it.
+func (c *Client) callOn(node string, e history.Entry, path string, body any) history.Entry {
 	b, _ := json.Marshal(body)
 	e.Kind, e.ID, e.Client, e.Node = "call", c.nextID(), c.cfg.ID, node
 	e.Time = history.Now()
 	c.cfg.Journal.Write(e)
 	resp, err := c.http.Post(node+path, "application/json", bytes.NewReader(b))
 	r := c.classify(resp, err)
-	r.ID, r.Client = e.ID, e.Client
+	r.ID, r.Client, r.Node = e.ID, e.Client, node
 	c.cfg.Journal.Write(r)
 	return r
 }
@@ -196,10 +268,18 @@ func (c *Client) classify(resp *http.Response, err error) history.Entry {
 		r.Outcome, r.Holder = history.Held, body.Holder.Token
 	case resp.StatusCode == http.StatusConflict && body.Error == "not_holder":
 		r.Outcome = history.NotHolder
+	case resp.StatusCode == http.StatusGatewayTimeout:
+		// 504 (unknown_outcome, or any proxy's gateway timeout): the node
+		// cannot know whether the write applied. Like a timeout, it may
+		// take effect at any later time.
+		r.Outcome, r.Err = history.Unknown, fmt.Sprintf("504 %s", body.Error)
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		r.Outcome, r.Err = history.Unknown, body.Error
 	default:
 		r.Outcome, r.Err = history.Fail, fmt.Sprintf("%d %s", resp.StatusCode, raw)
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 && r.Outcome == history.Unknown {
+		r.RetryAfter = s
 	}
 	return r
 }
