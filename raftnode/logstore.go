@@ -1,0 +1,276 @@
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+)
+
+// Log store kinds. raft.db (raft-boltdb) is the stable store (term, vote) in
+// both; only where the Raft log lives differs.
+const (
+	// LogStoreWAL keeps the log in DATA/wal/ (hashicorp/raft-wal): one
+	// fdatasync per append, where BoltDB needs two (data pages, then meta).
+	LogStoreWAL = "wal"
+	// LogStoreBoltDB keeps the log in raft.db beside the stable store.
+	LogStoreBoltDB = "boltdb"
+)
+
+// The WAL's directories in the data dir. A migration builds the WAL in
+// walStaging and renames it to walDir (the commit point: from then on the
+// WAL is the log); going back, walDir is renamed to walDropped (the commit
+// point the other way) before it is deleted. A rename is atomic, so a crash
+// at any step leaves one complete log.
+const (
+	walDir     = "wal"
+	walStaging = "wal.migrating"
+	walDropped = "wal.dropped"
+)
+
+// migrateBatch is how many entries one store call of a migration copies.
+const migrateBatch = 1024
+
+// ValidLogStore reports whether kind names a log store.
+func ValidLogStore(kind string) bool { return kind == LogStoreWAL || kind == LogStoreBoltDB }
+
+// openLogStore opens the Raft log store of kind in the data dir. bolt is the
+// node's open raft.db: the stable store in both kinds, and the log store of
+// "boltdb". A log found in the other store is moved into the chosen one
+// first (see migrateToWAL, migrateToBolt), so switching --log-store needs no
+// other step. The closer closes what this opened (nothing for "boltdb": the
+// caller closes raft.db).
+func openLogStore(dir, kind string, bolt *raftboltdb.BoltStore, log hclog.Logger) (raft.LogStore, io.Closer, error) {
+	// Leftovers of a migration cut off before its commit point: the log is
+	// still whole in its old place.
+	for _, d := range []string{walStaging, walDropped} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			return nil, nil, fmt.Errorf("remove leftover %s: %w", filepath.Join(dir, d), err)
+		}
+	}
+	switch kind {
+	case LogStoreWAL:
+		w, err := migrateToWAL(dir, bolt, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return w, w, nil
+	case LogStoreBoltDB:
+		if err := migrateToBolt(dir, bolt, log); err != nil {
+			return nil, nil, err
+		}
+		return bolt, nopCloser{}, nil
+	default:
+		return nil, nil, fmt.Errorf("unknown log store %q (want %q or %q)", kind, LogStoreWAL, LogStoreBoltDB)
+	}
+}
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
+
+func walExists(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, walDir, "wal-meta.db"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// walStore is a raft-wal log. Its Close also closes the WAL's meta
+// database: wal.WAL.Close (v0.4.0) leaves wal-meta.db open and flocked, and
+// the next open in this process (a node restarted in a test) would wait on
+// that lock forever.
+type walStore struct {
+	*wal.WAL
+	meta *metadb.BoltMetaDB
+}
+
+func (w *walStore) Close() error {
+	err := w.WAL.Close()
+	if merr := w.meta.Close(); err == nil && merr != nil {
+		err = fmt.Errorf("close wal meta: %w", merr)
+	}
+	return err
+}
+
+func openWAL(path string, log hclog.Logger) (*walStore, error) {
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return nil, fmt.Errorf("wal dir %s: %w", path, err)
+	}
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(path, wal.WithLogger(log.Named("wal")), wal.WithMetaStore(meta))
+	if err != nil {
+		meta.Close()
+		return nil, fmt.Errorf("open raft log (wal) in %s: %w", path, err)
+	}
+	return &walStore{WAL: w, meta: meta}, nil
+}
+
+// migrateToWAL opens DATA/wal, first moving into it a log that raft.db holds.
+func migrateToWAL(dir string, bolt *raftboltdb.BoltStore, log hclog.Logger) (*walStore, error) {
+	boltFirst, boltLast, err := span(bolt)
+	if err != nil {
+		return nil, fmt.Errorf("inspect raft log in raft.db: %w", err)
+	}
+	exists, err := walExists(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !exists && boltLast > 0 {
+		stage := filepath.Join(dir, walStaging)
+		w, err := openWAL(stage, log)
+		if err != nil {
+			return nil, err
+		}
+		n, err := copyLog(bolt, w, boltFirst, boltLast)
+		if cerr := w.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("close wal: %w", cerr)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("move raft log from raft.db to %s: %w (raft.db is unchanged; start with --log-store boltdb to keep it there)", stage, err)
+		}
+		if err := renameDurable(dir, walStaging, walDir); err != nil {
+			return nil, err
+		}
+		log.Info("moved raft log from raft.db to the wal", "dir", dir, "entries", n, "first", boltLast-uint64(n)+1, "last", boltLast)
+	}
+	w, err := openWAL(filepath.Join(dir, walDir), log)
+	if err != nil {
+		return nil, err
+	}
+	if boltLast > 0 {
+		// The WAL is the log now (a migration committed, maybe in an earlier
+		// run cut off before this step): raft.db's copy goes.
+		if _, walLast, err := span(w); err != nil || walLast < boltLast {
+			w.Close()
+			return nil, fmt.Errorf("data dir %s: raft.db holds log entries to %d but the wal only to %d (%v): "+
+				"refusing to guess which is right; move the data dir aside and let the node rejoin empty", dir, boltLast, walLast, err)
+		}
+		if err := bolt.DeleteRange(boltFirst, boltLast); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("drop moved raft log from raft.db: %w", err)
+		}
+	}
+	return w, nil
+}
+
+// migrateToBolt moves a log that DATA/wal holds into raft.db and drops the WAL.
+func migrateToBolt(dir string, bolt *raftboltdb.BoltStore, log hclog.Logger) error {
+	exists, err := walExists(dir)
+	if err != nil || !exists {
+		return err
+	}
+	w, err := openWAL(filepath.Join(dir, walDir), log)
+	if err != nil {
+		return err
+	}
+	n, last, err := func() (int, uint64, error) {
+		defer w.Close()
+		// Entries in raft.db beside a WAL are a copy cut short (the WAL is the
+		// log until it is dropped): start again.
+		if first, last, err := span(bolt); err != nil {
+			return 0, 0, err
+		} else if last > 0 {
+			if err := bolt.DeleteRange(first, last); err != nil {
+				return 0, 0, err
+			}
+		}
+		first, last, err := span(w)
+		if err != nil || last == 0 {
+			return 0, 0, err
+		}
+		n, err := copyLog(w, bolt, first, last)
+		return n, last, err
+	}()
+	if err != nil {
+		return fmt.Errorf("move raft log from %s to raft.db: %w (the wal is unchanged; start with --log-store wal to keep it there)",
+			filepath.Join(dir, walDir), err)
+	}
+	if err := renameDurable(dir, walDir, walDropped); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(filepath.Join(dir, walDropped)); err != nil {
+		log.Warn("cannot delete the old wal; it is no longer used", "dir", filepath.Join(dir, walDropped), "error", err)
+	}
+	log.Info("moved raft log from the wal to raft.db", "dir", dir, "entries", n, "last", last)
+	return nil
+}
+
+// span is a log store's first and last index (0, 0 when empty).
+func span(s raft.LogStore) (first, last uint64, err error) {
+	if first, err = s.FirstIndex(); err != nil {
+		return 0, 0, err
+	}
+	if last, err = s.LastIndex(); err != nil {
+		return 0, 0, err
+	}
+	return first, last, nil
+}
+
+// copyLog copies the contiguous run of entries that ends at last from src to
+// dst and returns how many it copied. raft-boltdb may hold a gap: a follower
+// that installed a snapshot keeps its older entries, all below that
+// snapshot; those are not copied (raft-wal takes only contiguous appends).
+func copyLog(src, dst raft.LogStore, first, last uint64) (int, error) {
+	start := last
+	for start > first {
+		var l raft.Log
+		err := src.GetLog(start-1, &l)
+		if errors.Is(err, raft.ErrLogNotFound) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read entry %d: %w", start-1, err)
+		}
+		start--
+	}
+	for i := start; i <= last; {
+		batch := make([]*raft.Log, 0, min(migrateBatch, last-i+1))
+		for ; i <= last && len(batch) < migrateBatch; i++ {
+			l := new(raft.Log)
+			if err := src.GetLog(i, l); err != nil {
+				return 0, fmt.Errorf("read entry %d: %w", i, err)
+			}
+			batch = append(batch, l)
+		}
+		if err := dst.StoreLogs(batch); err != nil {
+			return 0, fmt.Errorf("write entries %d-%d: %w", batch[0].Index, batch[len(batch)-1].Index, err)
+		}
+	}
+	return int(last - start + 1), nil
+}
+
+// renameDurable renames dir/from to dir/to and fsyncs dir, so the rename
+// survives a power cut.
+func renameDurable(dir, from, to string) error {
+	if err := os.Rename(filepath.Join(dir, from), filepath.Join(dir, to)); err != nil {
+		return fmt.Errorf("rename %s to %s: %w", from, to, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync data dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync data dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// IsMonotonic passes on the WAL's demand that appends be contiguous: raft
+// then clears the log after installing a snapshot instead of leaving a gap.
+// guardedLogs embeds only the raft.LogStore interface, which would hide it,
+// and raft's LogCache asks the store it wraps.
+func (g guardedLogs) IsMonotonic() bool {
+	m, ok := g.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
