@@ -41,16 +41,11 @@ type lockQueue struct {
 type waiter struct {
 	cmd  fsm.Command
 	done chan waitResult // buffered: the dispatcher never blocks on it
-	// gone: nobody will receive this waiter's answer (its request's context
-	// ended), so the dispatcher releases a grant it makes for it. Never set
-	// because the wait ran out: a grant already in flight then answers.
-	gone bool
 }
 
 type waitResult struct {
-	r        fsm.Result
-	err      error
-	released bool // the dispatcher released this grant: it must not be answered as held
+	r   fsm.Result
+	err error
 }
 
 func newWaitQueue(apply func(fsm.Command) (fsm.Result, error), holder func(string) (fsm.Lock, bool), perLock, total int) *waitQueue {
@@ -89,18 +84,13 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 		q.serve(cmd.Name)
 	}
 
-	var ctxEnded bool
 	select {
 	case res := <-w.done:
-		if ctx.Err() == nil {
-			return res.r, res.err
-		}
-		return q.abandon(w, res, ctx.Err())
+		return answer(ctx, res)
 	case <-q.after(wait):
 	case <-ctx.Done():
-		ctxEnded = true
 	}
-	inQueue := q.leave(w, ctxEnded)
+	inQueue := q.leave(w)
 	q.left()
 	if inQueue {
 		if err := ctx.Err(); err != nil {
@@ -111,38 +101,35 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 		held.Holder, _ = q.holder(cmd.Name)
 		return held, nil
 	}
-	// A grant for w is in flight (or just answered). When only the wait ran
-	// out, its answer decides and stands: the lock was granted before we could
-	// say "held". When the request's context ended, nobody can use it.
+	// A grant for w is in flight (or just answered): the lock was granted
+	// before we could say "held", so its answer decides and the grant stands.
 	res := <-w.done
-	if ctxEnded || ctx.Err() != nil {
-		return q.abandon(w, res, ctx.Err())
-	}
 	if seededWaiterTimeoutRelease && res.err == nil && res.r.Status == fsm.StatusOK {
 		// Seeded bug (test builds only): the old behaviour, which answered
 		// a grant it had just released.
 		q.apply(fsm.Command{Op: fsm.OpRelease, Name: cmd.Name, LeaseID: cmd.LeaseID})
 	}
+	return answer(ctx, res)
+}
+
+// answer is what a waiter is told. When its request's context has ended it
+// gets the context's error, never a grant: a server-side deadline may still
+// let the handler answer, and the error says "outcome unknown". The grant
+// itself stands and is never released here: the caller may already be
+// retrying with the same lease id elsewhere, and a release racing that retry
+// would free a lock someone was just told they hold. An abandoned grant ends
+// like any lease whose holder vanished: by release from the client's own
+// clean-up, or at its TTL.
+func answer(ctx context.Context, res waitResult) (fsm.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return fsm.Result{}, err
+	}
 	return res.r, res.err
 }
 
-// abandon answers a waiter whose request's context ended with err, never
-// with a grant: a server-side deadline may still let the handler write an
-// answer, and an OK for a lock nobody holds would hand it out twice. A grant
-// the dispatcher did not release (it was answered before w was marked gone)
-// is released here so the next in line gets the lock without a TTL's delay.
-func (q *waitQueue) abandon(w *waiter, res waitResult, err error) (fsm.Result, error) {
-	if res.err == nil && res.r.Status == fsm.StatusOK && !res.released {
-		q.apply(fsm.Command{Op: fsm.OpRelease, Name: w.cmd.Name, LeaseID: w.cmd.LeaseID})
-	}
-	return fsm.Result{}, err
-}
-
 // leave takes w out of its queue; false means its grant is already in
-// flight or answered (the answer is, or will be, in w.done). gone says the
-// request's context ended: an in-flight grant is then released by the
-// dispatcher.
-func (q *waitQueue) leave(w *waiter, gone bool) bool {
+// flight or answered (the answer is, or will be, in w.done).
+func (q *waitQueue) leave(w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	lq := q.locks[w.cmd.Name]
@@ -154,7 +141,6 @@ func (q *waitQueue) leave(w *waiter, gone bool) bool {
 			continue
 		}
 		if i == 0 && lq.granting {
-			w.gone = gone
 			return false
 		}
 		lq.waiters = append(lq.waiters[:i], lq.waiters[i+1:]...)
@@ -213,16 +199,9 @@ func (q *waitQueue) serve(name string) {
 		if len(lq.waiters) == 0 {
 			delete(q.locks, name)
 		}
-		gone := w.gone
 		q.mu.Unlock()
 
-		released := false
-		if gone && err == nil && res.Status == fsm.StatusOK {
-			// Nobody will receive this grant: free the lock for the next in line.
-			q.apply(fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: w.cmd.LeaseID})
-			released = true
-		}
-		w.done <- waitResult{r: res, err: err, released: released}
+		w.done <- waitResult{r: res, err: err}
 		if err != nil || res.Status == fsm.StatusOK {
 			return // the lock is taken (or we lost leadership): wait for the next event
 		}

@@ -113,11 +113,13 @@ func TestWaitRunsOutDuringGrantAnswersTheGrant(t *testing.T) {
 	}
 }
 
-// The request's context ended while its grant was in flight: nobody will
-// receive the answer, so the grant is released and the caller gets the
-// context's error, never the grant (errors come before results everywhere:
-// a zero Result with an error is no answer).
-func TestCancelledDuringGrantReleasesAndNeverAnswersOK(t *testing.T) {
+// The request's context ended while its grant was in flight: the caller gets
+// the context's error, never the grant (errors come before results
+// everywhere: a zero Result with an error is no answer). The grant is not
+// released: the caller may be retrying with the same lease id on another
+// node, and a release racing that retry would free a lock it was just told
+// it holds. It ends by the client's release or at its TTL.
+func TestCancelledDuringGrantNeverAnswersOKNorReleases(t *testing.T) {
 	r := newWaitRig(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	answer := r.parkAndGrant(t, ctx)
@@ -128,13 +130,13 @@ func TestCancelledDuringGrantReleasesAndNeverAnswersOK(t *testing.T) {
 	if !errors.Is(a.err, context.Canceled) || a.res.Lock.Token != 0 {
 		t.Fatalf("answer %+v, %v: want context.Canceled and no grant", a.res, a.err)
 	}
-	if n := r.releases(); n != 1 {
-		t.Fatalf("%d releases applied, want the unwanted grant released once", n)
+	if n := r.releases(); n != 0 {
+		t.Fatalf("%d releases applied: a release could free the lock under the same lease's retry", n)
 	}
 }
 
 // A grant answered just as the context ends (whichever the select sees
-// first) is released once and never returned.
+// first) is never returned, and never released behind the caller's back.
 func TestEndedContextNeverGetsTheGrant(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		r := newWaitRig(t)
@@ -146,8 +148,8 @@ func TestEndedContextNeverGetsTheGrant(t *testing.T) {
 		if !errors.Is(err, context.Canceled) || res.Lock.Token != 0 {
 			t.Fatalf("run %d: answer %+v, %v: want context.Canceled", i, res, err)
 		}
-		if n := r.releases(); n != 1 {
-			t.Fatalf("run %d: %d releases applied, want 1", i, n)
+		if n := r.releases(); n != 0 {
+			t.Fatalf("run %d: %d releases applied, want none", i, n)
 		}
 	}
 }
