@@ -266,11 +266,20 @@ func renameDurable(dir, from, to string) error {
 	return nil
 }
 
-// IsMonotonic passes on the WAL's demand that appends be contiguous: raft
-// then clears the log after installing a snapshot instead of leaving a gap.
-// guardedLogs embeds only the raft.LogStore interface, which would hide it,
-// and raft's LogCache asks the store it wraps.
-func (g guardedLogs) IsMonotonic() bool {
-	m, ok := g.LogStore.(raft.MonotonicLogStore)
-	return ok && m.IsMonotonic()
+// keepMonotonic gives wrapped (a wrapper of inner, such as the error guard
+// or a test hook) inner's demand for contiguous appends: raft-wal refuses a
+// gap, and raft clears the log after installing a snapshot only when the
+// store it holds says IsMonotonic. A wrapper that embeds raft.LogStore hides
+// the method; raft's LogCache passes it on from the store it wraps.
+func keepMonotonic(inner, wrapped raft.LogStore) raft.LogStore {
+	if m, ok := inner.(raft.MonotonicLogStore); ok && m.IsMonotonic() {
+		if _, ok := wrapped.(raft.MonotonicLogStore); !ok {
+			return monotonicLogs{wrapped}
+		}
+	}
+	return wrapped
 }
+
+type monotonicLogs struct{ raft.LogStore }
+
+func (monotonicLogs) IsMonotonic() bool { return true }

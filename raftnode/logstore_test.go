@@ -137,21 +137,25 @@ func TestLogStoreAppendReadReopen(t *testing.T) {
 	}
 }
 
-// The WAL asks for contiguous appends; raft learns that through the guard
-// and the cache, so it clears the log after a snapshot install.
+// hidden wraps a log store the way the error guard and test hooks do:
+// embedding the interface, which hides IsMonotonic.
+type hidden struct{ raft.LogStore }
+
+// The WAL asks for contiguous appends; raft must learn that through the
+// wrappers and the cache, so it clears the log after a snapshot install.
 func TestLogStoreWALIsMonotonicThroughWrappers(t *testing.T) {
 	s := openStores(t, t.TempDir(), LogStoreWAL)
 	defer s.close(t)
-	cache, err := raft.NewLogCache(16, guardedLogs{LogStore: s.logs, log: hclog.NewNullLogger()})
+	cache, err := raft.NewLogCache(16, keepMonotonic(s.logs, hidden{s.logs}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !cache.IsMonotonic() {
-		t.Fatal("wal behind guardedLogs and LogCache does not report IsMonotonic")
+		t.Fatal("wal behind a wrapper and LogCache does not report IsMonotonic")
 	}
 	b := openStores(t, t.TempDir(), LogStoreBoltDB)
 	defer b.close(t)
-	if (guardedLogs{LogStore: b.logs}).IsMonotonic() {
+	if _, ok := keepMonotonic(b.logs, hidden{b.logs}).(raft.MonotonicLogStore); ok {
 		t.Fatal("boltdb reports IsMonotonic")
 	}
 }
