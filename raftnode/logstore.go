@@ -102,6 +102,21 @@ func (w *walStore) Close() error {
 	return err
 }
 
+// GetLog answers ErrLogNotFound below the first index. raft-wal (v0.4.0)
+// drops a head of the log only logically and still serves those entries
+// from its tail segment; the leader would then replicate compacted entries
+// instead of sending its snapshot, as it does with boltdb.
+func (w *walStore) GetLog(index uint64, l *raft.Log) error {
+	first, err := w.WAL.FirstIndex()
+	if err != nil {
+		return err
+	}
+	if index < first {
+		return raft.ErrLogNotFound
+	}
+	return w.WAL.GetLog(index, l)
+}
+
 func openWAL(path string, log hclog.Logger) (*walStore, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("wal dir %s: %w", path, err)

@@ -94,6 +94,16 @@ func wantLog(t *testing.T, logs raft.LogStore, from, to uint64) {
 	}
 }
 
+// wantGone checks that a compacted entry is no longer served: the leader
+// must then send its snapshot to a follower that needs it.
+func wantGone(t *testing.T, logs raft.LogStore, index uint64) {
+	t.Helper()
+	var l raft.Log
+	if err := logs.GetLog(index, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("compacted entry %d: GetLog = %v, want ErrLogNotFound", index, err)
+	}
+}
+
 func TestLogStoreAppendReadReopen(t *testing.T) {
 	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
 		t.Run(kind, func(t *testing.T) {
@@ -121,6 +131,7 @@ func TestLogStoreAppendReadReopen(t *testing.T) {
 			if err := s.logs.DeleteRange(1, 50); err != nil {
 				t.Fatal(err)
 			}
+			wantGone(t, s.logs, 50)
 			if err := s.logs.StoreLogs(entries(102, 110)); err != nil {
 				t.Fatal(err)
 			}
@@ -129,6 +140,7 @@ func TestLogStoreAppendReadReopen(t *testing.T) {
 			s = openStores(t, dir, kind)
 			defer s.close(t)
 			wantLog(t, s.logs, 51, 110)
+			wantGone(t, s.logs, 1)
 			_, err := os.Stat(filepath.Join(dir, walDir))
 			if hasWAL := err == nil; hasWAL != (kind == LogStoreWAL) {
 				t.Fatalf("kind %s: wal dir present = %v", kind, hasWAL)
