@@ -2,7 +2,8 @@
 # test.sh: every test raftlock has, with whatever they need started first.
 #   - a throwaway PostgreSQL on 127.0.0.1 for the fencing tests (scripts/pg.sh)
 #   - go vet and the unit, cluster and contract tests (go test -race ./...)
-#   - the Jepsen-style checker for two minutes under real faults (scripts/check.sh)
+#   - the Jepsen-style checker under real faults (scripts/check.sh): a minute of
+#     process and network faults, then a minute with clock faults added
 #   - chaos runs against a process cluster, and a compose cluster when Docker answers
 # Any failure stops the run with a non-zero status; the last line counts the stages.
 # Run from anywhere: scripts/test.sh. CI runs exactly this (.ci/run).
@@ -21,6 +22,7 @@ stage() {
 }
 stage "go vet" go vet ./...
 stage "go test" go test -race -count=1 -timeout 20m ./...
-stage "checker (2 minutes of faults against three real nodes)" bash scripts/check.sh 2m
+stage "checker (1 minute of faults against three real nodes)" bash scripts/check.sh 1m
+stage "checker with clock faults (1 minute; raftlock built with -tags raftlock_faults)" bash scripts/check.sh 1m --clock-faults
 stage "chaos (process cluster: 5 leader kills, 3 pauses; compose: 3 kills when Docker answers)" bash scripts/chaos-ci.sh
 echo "stages: $passed passed, 0 failed"

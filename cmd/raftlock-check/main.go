@@ -58,6 +58,7 @@ func clientMain(args []string) int {
 	renew := fs.Bool("renew", false, "renew while holding (else overrun on purpose)")
 	seed := fs.Int64("seed", 1, "random seed")
 	timeout := fs.Duration("timeout", 2*time.Second, "per-request timeout")
+	rate := fs.Float64("clock-rate", 0, "this client's clock rate against CLOCK_MONOTONIC (0: 1)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -71,7 +72,7 @@ func clientMain(args []string) int {
 	defer stop()
 	workload.New(workload.Config{
 		ID: *id, Nodes: strings.Split(*nodes, ","), Register: *reg, Locks: strings.Split(*locks, ","),
-		Renew: *renew, Seed: *seed, Timeout: *timeout, Journal: j,
+		Renew: *renew, Seed: *seed, Timeout: *timeout, Journal: j, ClockRate: *rate,
 	}).Run(ctx)
 	return 0
 }

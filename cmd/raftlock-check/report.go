@@ -57,14 +57,20 @@ func (r *runner) check() error {
 		os.WriteFile(filepath.Join(r.dir, "registers.json"), b, 0o644)
 	}
 	rep.regs = model.Registers(log, ops)
+	// Client clocks (--clock-faults): (a) by each client's own clock, (b)
+	// and (e) by the earliest expiry the bound promises (model.ClientClocks).
+	opsA, opsE := ops, ops
+	if r.clientRates != nil {
+		opsA, opsE = model.ClientClocks(ops, r.clientRates, 0), model.ClientClocks(ops, r.clientRates, r.cfg.drift)
+	}
 	dviol := append(append([]model.Violation(nil), r.finalErrs...), model.FinalState(r.nodes, r.epilogue, ops)...)
 	rep.props = []property{
-		{id: "a", name: "mutual exclusion of valid leases", violations: model.MutualExclusion(ops, r.cfg.drift)},
-		{id: "b", name: "fencing tokens increase; retries keep them", violations: model.Tokens(ops)},
+		{id: "a", name: "mutual exclusion of valid leases", violations: model.MutualExclusion(opsA, r.cfg.drift)},
+		{id: "b", name: "fencing tokens increase; retries keep them", violations: model.Tokens(opsE)},
 		{id: "c", name: "fenced register safe, unfenced loses writes", violations: rep.regs.Violations},
 		{id: "d", name: "acknowledged ops in every node's final state", violations: dviol},
 	}
-	rep.lin = model.Linearizable(ops, r.cfg.linTimeout)
+	rep.lin = model.Linearizable(opsE, r.cfg.linTimeout)
 	e := property{id: "e", name: "linearizable (porcupine, lease-lock model)"}
 	m := model.Model()
 	var notes []string

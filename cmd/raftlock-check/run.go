@@ -41,6 +41,10 @@ type config struct {
 	faults     []string
 	seededBug  string
 	snapWait   time.Duration
+	// clockFaults adds the clock faults (faults.ClockKinds) and skews client
+	// clocks; it needs a raftlock_faults build of raftlock.
+	clockFaults bool
+	leaderRate  float64 // seeded twin beyond the bound: every node's clock rate
 }
 
 func parseRun(args []string, stderr io.Writer) (config, error) {
@@ -62,14 +66,26 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.snapWait, "snapshot-wait", 70*time.Second, "keep a killed follower down until the leader snapshots, at most this long (0: 2-5 s)")
 	fs.StringVar(&faultList, "faults", strings.Join(faults.All, ","), "faults to cycle through")
 	fs.StringVar(&c.seededBug, "seeded-bug", os.Getenv("RAFTLOCK_SEEDED_BUG"), "seeded bug (test builds only; env RAFTLOCK_SEEDED_BUG)")
+	fs.BoolVar(&c.clockFaults, "clock-faults", false, "add clock faults: wall jumps, leader rate skew, monotonic leaps (raftlock built with -tags raftlock_faults)")
+	fs.Float64Var(&c.leaderRate, "clock-leader-rate", 0, "with --clock-faults: run every node's clock at this rate (1.2: the seeded twin beyond the bound)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.clockFaults {
+		driftSet := false
+		fs.Visit(func(f *flag.Flag) { driftSet = driftSet || f.Name == "drift" })
+		if !driftSet {
+			c.drift = faults.Drift // judge (a) by the client library's own allowance
+		}
 	}
 	if c.seed == 0 {
 		c.seed = time.Now().UnixNano() % 1_000_000_000
 	}
 	if faultList != "" {
 		c.faults = strings.Split(faultList, ",")
+	}
+	if c.clockFaults {
+		c.faults = faults.WithClock(c.faults)
 	}
 	if c.clients < 1 || c.locks < 1 || c.calmMax < c.calmMin {
 		return c, fmt.Errorf("bad --clients, --locks or calm periods")
@@ -110,16 +126,18 @@ func runMain(args []string) int {
 
 // runner is one run.
 type runner struct {
-	cfg     config
-	dir     string
-	out     io.Writer
-	c       *cluster.Cluster
-	reg     *register.Server
-	proxies []*proxy.Proxy
-	mu      sync.Mutex
-	clients map[string]*exec.Cmd // owner -> process
-	faults  []faults.Fault
-	start   int64
+	cfg         config
+	dir         string
+	out         io.Writer
+	c           *cluster.Cluster
+	reg         *register.Server
+	proxies     []*proxy.Proxy
+	mu          sync.Mutex
+	clients     map[string]*exec.Cmd // owner -> process
+	faults      []faults.Fault
+	start       int64
+	clocks      *faults.Clocks  // --clock-faults
+	clientRates map[int]float64 // client id -> clock rate (--clock-faults)
 	// snapWait is how long a killed follower may stay down waiting for the
 	// leader to snapshot past it (long when the binary snapshots only
 	// every 30-60 s).
@@ -200,9 +218,14 @@ func (r *runner) setup() error {
 		env = append(env, "RAFTLOCK_SEEDED_BUG="+r.cfg.seededBug)
 	}
 	var err error
-	r.c, err = cluster.Start(cluster.Options{Bin: bin, Dir: filepath.Join(r.dir, "logs"), Extra: extra, Env: env})
+	r.c, err = cluster.Start(cluster.Options{Bin: bin, Dir: filepath.Join(r.dir, "logs"), Extra: extra, Env: env, Debug: r.cfg.clockFaults})
 	if err != nil {
 		return fmt.Errorf("starting the cluster: %w", err)
+	}
+	if r.cfg.clockFaults {
+		if err := r.setupClocks(); err != nil {
+			return err
+		}
 	}
 	if serverBug {
 		// A server built without the tag would pass and prove nothing.
@@ -250,7 +273,8 @@ func (r *runner) setup() error {
 		cmd := exec.Command(self, "client", "--id", strconv.Itoa(id), "--nodes", strings.Join(urls, ","),
 			"--register", regURL, "--journal", filepath.Join(r.dir, "journal", fmt.Sprintf("c%d.jsonl", id)),
 			"--locks", strings.Join(locks, ","), "--renew="+strconv.FormatBool(id%2 == 0),
-			"--seed", strconv.FormatInt(r.cfg.seed*100+int64(id), 10))
+			"--seed", strconv.FormatInt(r.cfg.seed*100+int64(id), 10),
+			"--clock-rate", strconv.FormatFloat(r.clientRates[id], 'f', -1, 64))
 		cmd.Stdout, cmd.Stderr = lf, lf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -288,7 +312,7 @@ func (r *runner) workload(ctx context.Context) {
 	sleep(calm())
 	for i := rnd.Intn(max(1, len(r.cfg.faults))); len(r.cfg.faults) > 0 && ctx.Err() == nil && time.Until(end) > 12*time.Second; i++ {
 		kind := r.cfg.faults[i%len(r.cfg.faults)]
-		f := inj.Inject(ctx, kind)
+		f := r.inject(ctx, inj, kind)
 		r.faults = append(r.faults, f)
 		r.logf("fault %s", f)
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -23,6 +23,9 @@ var bins struct {
 	// seededServer is raftlock built with -tags raftlock_seeded_bugs: it
 	// carries the server-side seeded bugs, off unless RAFTLOCK_SEEDED_BUG asks.
 	seededServer string
+	// faults is raftlock built with -tags raftlock_faults (clock faults),
+	// made by buildFaults when a clock test first needs it.
+	faults string
 }
 
 func TestMain(m *testing.M) {

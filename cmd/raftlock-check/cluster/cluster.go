@@ -24,11 +24,14 @@ type Node struct {
 	ID       string
 	HTTPAddr string
 	RaftAddr string
-	DataDir  string
-	LogPath  string
-	args     []string
-	env      []string
-	bin      string
+	// DebugAddr is the --debug-addr listener (Options.Debug), where a
+	// raftlock_faults build takes clock faults.
+	DebugAddr string
+	DataDir   string
+	LogPath   string
+	args      []string
+	env       []string
+	bin       string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -49,6 +52,7 @@ type Options struct {
 	Size  int      // nodes, default 3
 	Extra []string // extra serve flags for every node
 	Env   []string // extra environment for every node
+	Debug bool     // give each node a --debug-addr listener
 }
 
 // freePorts picks n loopback ports that are free now, below the kernel's
@@ -82,7 +86,7 @@ func Start(o Options) (*Cluster, error) {
 	if o.Size == 0 {
 		o.Size = 3
 	}
-	ports, err := freePorts(2 * o.Size)
+	ports, err := freePorts(3 * o.Size)
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +94,9 @@ func Start(o Options) (*Cluster, error) {
 	var peers []string
 	for i := 0; i < o.Size; i++ {
 		n := &Node{ID: fmt.Sprintf("n%d", i+1), HTTPAddr: ports[2*i], RaftAddr: ports[2*i+1], bin: o.Bin, env: o.Env}
+		if o.Debug {
+			n.DebugAddr = ports[2*o.Size+i]
+		}
 		n.DataDir = filepath.Join(o.Dir, n.ID)
 		n.LogPath = filepath.Join(o.Dir, n.ID+".log")
 		peers = append(peers, n.ID+"="+n.RaftAddr)
@@ -98,6 +105,9 @@ func Start(o Options) (*Cluster, error) {
 	for _, n := range c.Nodes {
 		n.args = append([]string{"serve", "--id", n.ID, "--data-dir", n.DataDir, "--http-addr", n.HTTPAddr,
 			"--raft-addr", n.RaftAddr, "--peers", strings.Join(peers, ",")}, o.Extra...)
+		if n.DebugAddr != "" {
+			n.args = append(n.args, "--debug-addr", n.DebugAddr)
+		}
 		if err := n.Start(); err != nil {
 			c.Close()
 			return nil, err

@@ -34,7 +34,11 @@ type Config struct {
 	Renew    bool // renew while holding; otherwise hold without renewing, often past the TTL
 	Seed     int64
 	Timeout  time.Duration // per request; a timeout is an unknown outcome
-	Journal  *history.Journal
+	// ClockRate, when set, is how fast this client's clock runs against
+	// CLOCK_MONOTONIC (--clock-faults): its holds and renewals are timed
+	// on that clock, and the checker judges its leases by it.
+	ClockRate float64
+	Journal   *history.Journal
 }
 
 // Client runs the loop.
@@ -71,13 +75,27 @@ func (c *Client) Run(ctx context.Context) {
 	}
 }
 
+// sleep waits d of this client's clock (ClockRate).
 func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
+	return c.sleepReal(ctx, c.real(d))
+}
+
+// sleepReal waits d of CLOCK_MONOTONIC, the clock the history is timed by.
+func (c *Client) sleepReal(ctx context.Context, d time.Duration) bool {
 	select {
 	case <-ctx.Done():
 		return false
 	case <-time.After(d):
 		return true
 	}
+}
+
+// real is how long d of this client's clock lasts.
+func (c *Client) real(d time.Duration) time.Duration {
+	if c.cfg.ClockRate <= 0 {
+		return d
+	}
+	return time.Duration(float64(d) / c.cfg.ClockRate)
 }
 
 // Boundary is the period of the shared release schedule. In a boundary
@@ -148,13 +166,17 @@ func (c *Client) cycle(ctx context.Context) {
 	switch {
 	case boundary:
 		// Hold until a release instant, then release on it.
+		// The schedule is shared by every client, so it is kept on
+		// CLOCK_MONOTONIC, not on this client's skewed clock: the hold
+		// is far shorter than the TTL either way.
 		end := nextBoundary(history.Now(), 100*time.Millisecond)
-		c.sleep(ctx, time.Duration(end-history.Now()))
+		c.sleepReal(ctx, time.Duration(end-history.Now()))
 	case c.cfg.Renew:
 		hold := time.Duration(float64(t) * (0.5 + 1.5*c.rnd.Float64()))
-		end := time.Now().Add(hold)
+		// Hold and renew by this client's clock.
+		end := time.Now().Add(c.real(hold))
 		for time.Now().Before(end) {
-			if !c.sleep(ctx, min(t/3, time.Until(end))) {
+			if !c.sleepReal(ctx, min(c.real(t/3), time.Until(end))) {
 				break
 			}
 			if time.Now().After(end) {
