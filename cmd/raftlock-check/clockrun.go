@@ -45,11 +45,14 @@ func (r *runner) inject(ctx context.Context, inj *faults.Injector, kind string) 
 	if r.clocks != nil && (kind == faults.LeaderKill || kind == faults.FollowerRestart) {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := r.c.WaitReady(sctx) // the restarted node's debug listener is up
+		var desc string
 		if err == nil {
-			_, err = r.clocks.Setup(sctx)
+			desc, err = r.clocks.Setup(sctx)
 		}
 		if err != nil {
 			r.logf("clock rates after %s: %v", kind, err)
+		} else {
+			r.logf("after %s: %s", kind, desc)
 		}
 		cancel()
 	}
