@@ -2,8 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
+
+	"github.com/raftlock/raftlock/raftnode"
 )
 
 type nodeView struct {
@@ -36,9 +39,24 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
+// membershipError gives a membership refusal its status: 400 naming the
+// field for a malformed member.
+func membershipError(err error) error {
+	var me *raftnode.MemberError
+	switch {
+	case errors.As(err, &me):
+		return badRequest("%s", me.Error())
+	}
+	return err
+}
+
 func (s *Server) join(ctx context.Context, req *joinRequest) (int, any, error) {
+	// Checked here too, so a follower answers 400 without forwarding.
+	if err := raftnode.ValidateMember(req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
+		return 0, nil, membershipError(err)
+	}
 	if err := s.store.Join(ctx, req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
-		return 0, nil, err
+		return 0, nil, membershipError(err)
 	}
 	s.log.Info("node joined", "id", req.ID, "raft_addr", req.RaftAddr, "http_addr", req.HTTPAddr)
 	return http.StatusOK, map[string]string{"joined": req.ID}, nil
@@ -46,7 +64,7 @@ func (s *Server) join(ctx context.Context, req *joinRequest) (int, any, error) {
 
 func (s *Server) leave(ctx context.Context, req *leaveRequest) (int, any, error) {
 	if err := s.store.Leave(ctx, req.ID); err != nil {
-		return 0, nil, err
+		return 0, nil, membershipError(err)
 	}
 	s.log.Info("node left", "id", req.ID)
 	return http.StatusOK, map[string]string{"left": req.ID}, nil

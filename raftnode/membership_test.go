@@ -284,3 +284,38 @@ func (w *teeWriter) Write(p []byte) (int, error) {
 	w.b.Write(p)
 	return w.a.Write(p)
 }
+
+// Issue 13 item 5 (first part): malformed joins are refused with 400 naming
+// the field, through a follower too, and change nothing. The old code took
+// "not-an-address" and made it a voter at once.
+func TestJoinRejectsMalformedMembers(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	a := api{t: t, hc: c.HTTPClient()}
+	follower := c.Followers()[0]
+	for _, tc := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"id": "bad1", "raft_addr": "not-an-address"}, "raft_addr"},
+		{map[string]any{"id": "bad1", "raft_addr": "0.0.0.0:9000"}, "raft_addr"},
+		{map[string]any{"id": "bad1", "raft_addr": "127.0.0.1:0"}, "raft_addr"},
+		{map[string]any{"id": "bad1", "raft_addr": "host_name:9000"}, "raft_addr"},
+		{map[string]any{"id": strings.Repeat("x", 65), "raft_addr": "127.0.0.1:9000"}, "id"},
+		{map[string]any{"id": "bad id", "raft_addr": "127.0.0.1:9000"}, "id"},
+		{map[string]any{"id": "bad1", "raft_addr": "127.0.0.1:9000", "http_addr": "nope"}, "http_addr"},
+	} {
+		for _, via := range []*raftnodetest.Node{c.Leader(), follower} {
+			status, out := a.call("POST", via.URL()+"/v1/cluster/join", tc.body)
+			if msg, _ := out["message"].(string); status != http.StatusBadRequest || !strings.HasPrefix(msg, tc.field+":") {
+				t.Errorf("join %v via %s: %d %v, want 400 naming %s", tc.body, via.ID, status, out, tc.field)
+			}
+		}
+	}
+	st, err := c.Leader().Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Nodes) != 3 {
+		t.Fatalf("members after refused joins: %+v", st.Nodes)
+	}
+}
