@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // Config is everything a node needs; cmd/raftlock fills it from flags.
@@ -58,8 +59,24 @@ type Config struct {
 	MaxWaitersPerLock int
 	MaxWaiters        int
 
+	// AllowLostVoteRecord lets a node start whose data dir holds a log or
+	// snapshots but no vote record (raft.db lost): it may then vote twice in
+	// one term. Off, such a node refuses to start.
+	AllowLostVoteRecord bool
+
+	// ReadyMaxLag: a follower more than this many entries behind the
+	// leader's commit index (as the leader last told it) is not ready.
+	// 0: DefaultReadyMaxLag.
+	ReadyMaxLag uint64
+
 	// barrier replaces raft's Barrier in tests that need it to fail.
 	barrier func() error
+	// wrapLogs wraps the log store (below the cache) in tests that need
+	// its writes to fail.
+	wrapLogs func(raft.LogStore) raft.LogStore
+	// onAppend sees each AppendEntries request before raft does, in tests
+	// that need to hold a follower back.
+	onAppend func(*raft.AppendEntriesRequest)
 
 	Clock  Clock        // monotonic clock stamped into entries; nil: the system clock
 	Logger hclog.Logger // nil: a default logger
@@ -81,6 +98,9 @@ func (c *Config) setDefaults() {
 	def(&c.StateCheckInterval, DefaultStateCheckInterval)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
+	}
+	if c.ReadyMaxLag == 0 {
+		c.ReadyMaxLag = DefaultReadyMaxLag
 	}
 	if c.MaxPendingApplies == 0 {
 		c.MaxPendingApplies = 1024

@@ -29,7 +29,7 @@ type Node struct {
 	clock     Clock
 	machine   *fsm.Machine
 	raft      *raft.Raft
-	transport *raft.NetworkTransport
+	transport *watchedTransport
 	store     *raftboltdb.BoltStore
 	logs      raft.LogStore
 	fsm       *raftFSM
@@ -66,6 +66,11 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
+	// The data dir holds every lease id: private, even when it was made
+	// beforehand with a looser mode.
+	if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
 	n := &Node{
 		cfg:       cfg,
 		log:       cfg.Logger.Named("raftnode"),
@@ -93,8 +98,12 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 
 func (n *Node) open() error {
 	cfg := n.cfg
+	dbPath := filepath.Join(cfg.DataDir, "raft.db")
+	if err := checkBoltFile(dbPath); err != nil {
+		return err
+	}
 	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.DataDir, "raft.db"),
+		Path: dbPath,
 		BoltOptions: &bbolt.Options{
 			Timeout:        time.Second, // another process holds the data dir: fail, do not hang
 			NoFreelistSync: true,        // as Consul does: less written per commit, rebuilt on open
@@ -105,13 +114,26 @@ func (n *Node) open() error {
 		return fmt.Errorf("open raft store in %s: %w", cfg.DataDir, err)
 	}
 	n.store = store
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
+	if err := os.Chmod(dbPath, 0o600); err != nil {
+		return fmt.Errorf("raft store %s: %w", dbPath, err)
+	}
+	files, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("open snapshot store: %w", err)
 	}
-	if n.transport, err = newTransport(cfg); err != nil {
+	snapDir := filepath.Join(cfg.DataDir, "snapshots")
+	if err := makePrivate(snapDir); err != nil {
+		return fmt.Errorf("snapshot store %s: %w", snapDir, err)
+	}
+	snaps := privateSnapshots{SnapshotStore: files, dir: snapDir, log: n.log}
+	if err := checkVoteRecord(store, store, snaps, cfg.DataDir, cfg.AllowLostVoteRecord, n.log); err != nil {
 		return err
 	}
+	nt, err := newTransport(cfg)
+	if err != nil {
+		return err
+	}
+	n.transport = watchTransport(nt, cfg.onAppend)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -131,10 +153,16 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("inspect data dir: %w", err)
 	}
-	logs, err := raft.NewLogCache(1024, store)
+	var disk raft.LogStore = store
+	if cfg.wrapLogs != nil {
+		disk = cfg.wrapLogs(disk)
+	}
+	cache, err := raft.NewLogCache(1024, disk)
 	if err != nil {
 		return fmt.Errorf("log cache: %w", err)
 	}
+	// Above the cache: it flattens the store's error into a string.
+	logs := guardedLogs{LogStore: cache, log: n.log}
 	n.fsm = &raftFSM{m: n.machine, applied: n.onApplied}
 	n.fsm.integrity.log.Store(&n.log) // before raft replays the log
 	n.logs = logs

@@ -26,7 +26,9 @@ func startSingle(t *testing.T, cfg Config) *Node {
 	cfg.RaftAddr = ln.Addr().String()
 	cfg.Peers = map[string]string{"solo": cfg.RaftAddr}
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
-	cfg.Logger = hclog.NewNullLogger()
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

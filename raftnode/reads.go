@@ -10,6 +10,12 @@ import (
 	"github.com/raftlock/raftlock/fsm"
 )
 
+// DefaultReadyMaxLag is how many entries a follower may trail the leader's
+// commit index and still be ready: far more than a healthy follower trails
+// under load (a few batches of 256), far less than one catching up after
+// hours away.
+const DefaultReadyMaxLag = 4096
+
 // Ready reports whether a leader is known and this node has applied the log
 // up to the commit index it last heard of. A restarted node hears no commit
 // index from heartbeats (its own starts at 0), so it also waits until its
@@ -17,12 +23,19 @@ import (
 // is older than what it served before the restart. For entries committed
 // since, raft's own applied index is the measure: the machine trails it by
 // moments, and a probe that flickered with every append would be useless.
+// A follower is also not ready while it trails the leader's commit index by
+// more than Config.ReadyMaxLag: its own commit index stops at its last log
+// entry, so alone it would say ready after each batch of a long catch-up.
 func (n *Node) Ready() bool {
 	if id, _ := n.Leader(); id == "" {
 		return false
 	}
 	commit := n.raft.CommitIndex()
-	return commit > 0 && n.raft.AppliedIndex() >= commit && n.AppliedThrough(n.startIndex)
+	applied := n.raft.AppliedIndex()
+	if !n.IsLeader() && n.transport.leaderCommit.Load() > applied+n.cfg.ReadyMaxLag {
+		return false
+	}
+	return commit > 0 && applied >= commit && n.AppliedThrough(n.startIndex)
 }
 
 // Read returns the state machine for reading. Unless stale, it is

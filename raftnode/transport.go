@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -76,6 +77,69 @@ func (c *serverConn) Read(p []byte) (int, error) {
 		return 0, c.err
 	}
 	return c.Conn.Read(p)
+}
+
+// watchedTransport is the network transport with one more step between it
+// and raft: it notes the highest commit index a leader has told this node
+// (AppendEntries) or implied (InstallSnapshot), which a follower's own commit
+// index cannot show: raft caps that at the follower's last log entry, so a
+// follower far behind looks caught up after every batch. Heartbeats take
+// raft's fast path and skip this; they carry no commit index.
+type watchedTransport struct {
+	*raft.NetworkTransport
+	ch           chan raft.RPC
+	done         chan struct{}
+	closeOnce    sync.Once
+	leaderCommit atomic.Uint64
+	onAppend     func(*raft.AppendEntriesRequest)
+}
+
+func watchTransport(t *raft.NetworkTransport, onAppend func(*raft.AppendEntriesRequest)) *watchedTransport {
+	w := &watchedTransport{NetworkTransport: t, ch: make(chan raft.RPC), done: make(chan struct{}), onAppend: onAppend}
+	go w.forward()
+	return w
+}
+
+func (w *watchedTransport) Consumer() <-chan raft.RPC { return w.ch }
+
+func (w *watchedTransport) Close() error {
+	w.closeOnce.Do(func() { close(w.done) })
+	return w.NetworkTransport.Close()
+}
+
+func (w *watchedTransport) forward() {
+	in := w.NetworkTransport.Consumer()
+	for {
+		var rpc raft.RPC
+		select {
+		case rpc = <-in:
+		case <-w.done:
+			return
+		}
+		switch req := rpc.Command.(type) {
+		case *raft.AppendEntriesRequest:
+			if w.onAppend != nil {
+				w.onAppend(req)
+			}
+			w.noteCommit(req.LeaderCommitIndex)
+		case *raft.InstallSnapshotRequest:
+			w.noteCommit(req.LastLogIndex)
+		}
+		select {
+		case w.ch <- rpc:
+		case <-w.done:
+			return // the sender's handler gives up on its own shutdown
+		}
+	}
+}
+
+func (w *watchedTransport) noteCommit(index uint64) {
+	for {
+		cur := w.leaderCommit.Load()
+		if index <= cur || w.leaderCommit.CompareAndSwap(cur, index) {
+			return
+		}
+	}
 }
 
 // newTransport builds the Raft transport on cfg.RaftListener, or on a new

@@ -82,6 +82,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Uint64Var(&c.node.TrailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
 	fs.DurationVar(&c.node.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often Raft checks the snapshot threshold")
 	fs.IntVar(&c.node.MaxPendingApplies, "max-pending-applies", 1024, "client writes in flight through Raft before more are shed with 429")
+	fs.Uint64Var(&c.node.ReadyMaxLag, "ready-max-lag", raftnode.DefaultReadyMaxLag, "a follower this many entries behind the leader's commit index is not ready (/readyz)")
+	fs.BoolVar(&c.node.AllowLostVoteRecord, "allow-lost-vote-record", false, "start although the data dir holds Raft state but raft.db lost its vote record (risk: two leaders in one term)")
 	sec := addSecurityFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+)
+
+// singleNode is a one-node cluster of a real `raftlock serve` process whose
+// data dir outlives it.
+type singleNode struct {
+	dir, data string
+	args      []string
+	endpoint  string
+	runs      int
+}
+
+func newSingleNode(t *testing.T) *singleNode {
+	dir := t.TempDir()
+	ports := raftnodetest.FreePorts(t, 2)
+	raft := fmt.Sprintf("127.0.0.1:%d", ports[1])
+	s := &singleNode{dir: dir, data: filepath.Join(dir, "data"), endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
+	s.args = []string{"--id", "n1", "--data-dir", s.data, "--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--raft-addr", raft, "--peers", "n1=" + raft, "--election-timeout", "500ms", "--heartbeat-timeout", "500ms",
+		"--snapshot-threshold", "2", "--snapshot-interval", "50ms", "--trailing-logs", "1"}
+	return s
+}
+
+// start runs the node; it is stopped with SIGTERM when the test ends.
+func (s *singleNode) start(t *testing.T, extra ...string) *serveProc {
+	s.runs++
+	return startServe(t, "n1", filepath.Join(s.dir, fmt.Sprintf("run%d.log", s.runs)), append(append([]string{}, s.args...), extra...))
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *singleNode) stop(t *testing.T, p *serveProc) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the node did not exit within 15 s of SIGTERM")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit %d after SIGTERM", code)
+	}
+}
+
+// refused starts the node and expects it to exit 1 at once with a message
+// matching every one of want.
+func (s *singleNode) refused(t *testing.T, want ...string) {
+	t.Helper()
+	p := s.start(t)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the node started instead of refusing")
+	}
+	b, _ := os.ReadFile(p.log)
+	if code := p.cmd.ProcessState.ExitCode(); code != exitError {
+		t.Fatalf("exit %d, want %d (refusal, not a crash or a usage error); output:\n%s", code, exitError, b)
+	}
+	for _, w := range want {
+		if !strings.Contains(string(b), w) {
+			t.Errorf("output lacks %q:\n%s", w, b)
+		}
+	}
+	if strings.Contains(string(b), "SIGBUS") || strings.Contains(string(b), "goroutine ") {
+		t.Errorf("a crash, not a refusal:\n%s", b)
+	}
+}
+
+// seed starts the node, takes a few locks until a snapshot exists, stops it.
+func (s *singleNode) seed(t *testing.T) {
+	t.Helper()
+	p := s.start(t)
+	eps := env{"RAFTLOCK_ENDPOINTS=" + s.endpoint}
+	eventually(t, eps, "the node to be ready", func(r result) bool { return r.code == exitOK }, "health")
+	for i := 0; i < 5; i++ {
+		if r := runCLI(t, eps, "acquire", "--ttl", "600s", fmt.Sprintf("seed/%d", i)); r.code != exitOK {
+			t.Fatalf("acquire: exit %d", r.code)
+		}
+	}
+	raftnodetest.WaitFor(t, 15*time.Second, "a snapshot", func() bool {
+		m, _ := filepath.Glob(filepath.Join(s.data, "snapshots", "*", "state.bin"))
+		return len(m) > 0
+	})
+	s.stop(t, p)
+}
+
+// Issue 13 item 3: with raft.db gone (term and vote with it) and snapshots
+// left, a node used to start from the snapshot without a word, free to vote
+// again in a term it had voted in. It now refuses, says why and names the
+// flag; with the flag it starts.
+func TestServeRefusesLostVoteRecord(t *testing.T) {
+	s := newSingleNode(t)
+	s.seed(t)
+	if err := os.Remove(filepath.Join(s.data, "raft.db")); err != nil {
+		t.Fatal(err)
+	}
+	s.refused(t, "no vote record", "vote twice in one term", "--allow-lost-vote-record")
+	// Refusing left it refusing (the empty raft.db it found is no record).
+	s.refused(t, "no vote record")
+	p := s.start(t, "--allow-lost-vote-record")
+	eventually(t, env{"RAFTLOCK_ENDPOINTS=" + s.endpoint}, "the node to serve with the flag", func(r result) bool { return r.code == exitOK }, "health")
+	if r := runCLI(t, env{"RAFTLOCK_ENDPOINTS=" + s.endpoint}, "get", "seed/4"); r.code != exitOK || !strings.Contains(r.stdout, "held by") {
+		t.Fatalf("the snapshot's locks after the recovery start: exit %d %q", r.code, r.stdout)
+	}
+	s.stop(t, p)
+	if b, _ := os.ReadFile(p.log); !strings.Contains(string(b), "starting without a vote record") {
+		t.Errorf("no warning in the log:\n%s", b)
+	}
+}
+
+// Issue 13 item 2: a truncated raft.db ended in `fatal error: SIGBUS`, exit
+// 2 (the CLI's code for usage errors). Now: exit 1 and what is wrong.
+func TestServeRefusesTruncatedRaftDB(t *testing.T) {
+	s := newSingleNode(t)
+	s.seed(t)
+	db := filepath.Join(s.data, "raft.db")
+	fi, err := os.Stat(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int64{fi.Size() / 2, 100} {
+		t.Run(fmt.Sprintf("%d of %d bytes", size, fi.Size()), func(t *testing.T) {
+			if err := os.Truncate(db, size); err != nil {
+				t.Fatal(err)
+			}
+			s.refused(t, "raft.db is damaged", "Restore it from a backup")
+		})
+	}
+}
+
+// Issue 13 item 6: snapshot files hold every lease id and were 0644 in a
+// 0755 directory. The data dir is now private whatever the umask, and even
+// when the operator made it beforehand with a looser mode.
+func TestServeDataDirIsPrivate(t *testing.T) {
+	old := syscall.Umask(0o022) // the common default; the child inherits it
+	defer syscall.Umask(old)
+	s := newSingleNode(t)
+	if err := os.Mkdir(s.data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.seed(t)
+	n := 0
+	filepath.Walk(s.data, func(path string, fi os.FileInfo, err error) error {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		want := os.FileMode(0o600)
+		if fi.IsDir() {
+			want = 0o700
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %04o, want %04o", path, got, want)
+		}
+		return nil
+	})
+	if n < 5 {
+		t.Fatalf("only %d entries in the data dir", n)
+	}
+}
