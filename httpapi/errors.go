@@ -21,6 +21,8 @@ const (
 	codeHeld           = "held"
 	codeNotHolder      = "not_holder"
 	codeNotFound       = "not_found"
+	codeStorage        = "storage_error"
+	codeDiverged       = "state_diverged"
 	codeInternal       = "internal"
 )
 
@@ -61,6 +63,14 @@ var errorTable = []struct {
 	{raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, codeNoLeader},
 	{raftnode.ErrOverloaded, http.StatusTooManyRequests, codeOverloaded},
 	{raftnode.ErrUnknownNode, http.StatusNotFound, codeNotFound},
+	// Refused before anything reached the log: this node's state is not the
+	// cluster's (a state check found it different from the leader's).
+	{raftnode.ErrDiverged, http.StatusServiceUnavailable, codeDiverged},
+	// The leader's disk refused the entry and the leader stepped down; with
+	// a log store that can half-write a batch nobody can promise the entry
+	// is gone, so the status promises nothing (500) and Retry-After invites
+	// the same-lease retry that settles it.
+	{raftnode.ErrStorage, http.StatusInternalServerError, codeStorage},
 }
 
 // errUnknownOutcome marks a failure after which this node cannot know
@@ -94,6 +104,10 @@ func writeError(w http.ResponseWriter, err error) {
 	switch ae.status {
 	case http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", "1")
+	case http.StatusInternalServerError:
+		if ae.code == codeStorage {
+			w.Header().Set("Retry-After", "1")
+		}
 	}
 	writeJSON(w, ae.status, map[string]string{"error": ae.code, "message": ae.message})
 }

@@ -26,7 +26,11 @@ const DefaultReadyMaxLag = 4096
 // A follower is also not ready while it trails the leader's commit index by
 // more than Config.ReadyMaxLag: its own commit index stops at its last log
 // entry, so alone it would say ready after each batch of a long catch-up.
+// A node whose state diverged from the leader's is never ready.
 func (n *Node) Ready() bool {
+	if _, bad := n.Diverged(); bad {
+		return false
+	}
 	if id, _ := n.Leader(); id == "" {
 		return false
 	}
