@@ -62,6 +62,8 @@ func TestStoreErrors(t *testing.T) {
 		{"leader changed", raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, codeNoLeader, 0},
 		{"overloaded", raftnode.ErrOverloaded, http.StatusTooManyRequests, codeOverloaded, 0},
 		{"wrapped overloaded", fmt.Errorf("x: %w", raftnode.ErrOverloaded), http.StatusTooManyRequests, codeOverloaded, 0},
+		{"diverged", raftnode.ErrDiverged, http.StatusServiceUnavailable, codeDiverged, 0},
+		{"storage", fmt.Errorf("apply acquire: %w", raftnode.ErrStorage), http.StatusInternalServerError, codeStorage, 0},
 		{"unexpected", errors.New("disk on fire"), http.StatusInternalServerError, codeInternal, 0},
 	}
 	reads := []string{"/v1/locks/a", "/v1/locks", "/v1/locks/a?stale=true"}
@@ -71,7 +73,7 @@ func TestStoreErrors(t *testing.T) {
 				// Here n2 leads: the error is its own, not a reason to forward.
 				rec := do(t, newServer(failingStore(tc.err, "n2")), http.MethodPost, w.path, w.body)
 				wantError(t, rec, tc.status, tc.code, "")
-				if tc.status != http.StatusInternalServerError {
+				if tc.code != codeInternal {
 					wantRetryAfter(t, rec)
 				}
 			})
