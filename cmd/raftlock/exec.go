@@ -40,7 +40,10 @@ COMMAND runs in its own process group and every signal goes to the whole
 group, so the processes it starts are stopped too. It is meant for
 non-interactive commands: it is not in the terminal's foreground group.
 
-Without --wait, exits 3 at once if another lease holds the lock.
+Without --wait, exits 3 at once if another lease holds the lock. Exits 6,
+without running COMMAND, when the acquire's outcome could not be known in
+time (the lock may have been taken; that lease is released, best effort):
+run it again, with a --lease-id of your own to resend safely.
 
 Examples:
   raftlock exec --ttl 10s orders/89041 -- ./charge.sh 89041
@@ -56,59 +59,42 @@ func execCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	return runExec(args, os.Stdin, stdout, stderr, environ, sigs)
 }
 
+// execArgs is exec's command line, parsed and checked.
+type execArgs struct {
+	name      string   // the lock
+	argv      []string // the command and its arguments
+	acquire   *acquireFlags
+	killGrace time.Duration // from SIGTERM to SIGKILL on a lost lease
+}
+
 // runExec is exec with the signals to forward given as a channel, so that
 // tests can send them.
 func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ env, sigs <-chan os.Signal) int {
 	c := newCLI("exec", execHelp, stdout, stderr)
-	c.conn = addConnFlags(c.fs, 10*time.Second, false)
-	a := addAcquireFlags(c.fs)
-	grace := c.fs.Duration("kill-grace", 5*time.Second, "after SIGTERM on a lost lease, wait this long before SIGKILL")
-
-	var name string
-	var argv []string
-	if i := slices.Index(args, "--"); i >= 0 {
-		pos, code, ok := c.parse(args[:i], environ, 1, 1)
-		if !ok {
-			return code
-		}
-		name, argv = pos[0], args[i+1:]
-	} else {
-		c.flagsFirst = true
-		pos, code, ok := c.parse(args, environ, 1, -1)
-		if !ok {
-			return code
-		}
-		name, argv = pos[0], pos[1:]
-	}
-	if len(argv) == 0 {
-		return c.usageError(errors.New("missing the command to run (raftlock exec NAME -- COMMAND)"))
-	}
-	if err := a.check(); err != nil {
-		return c.usageError(err)
-	}
-	if *grace < 0 {
-		return c.usageError(errors.New("--kill-grace must not be negative"))
+	x, code, ok := parseExec(c, args, environ)
+	if !ok {
+		return code
 	}
 	// Resolve the command before taking the lock, so that a typo does not
 	// take it.
-	if _, err := exec.LookPath(argv[0]); err != nil {
+	if _, err := exec.LookPath(x.argv[0]); err != nil {
 		fmt.Fprintf(stderr, "raftlock exec: %v\n", err)
 		return startFailure(err)
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.Command(x.argv[0], x.argv[1:]...)
 	cl, code, ok := c.client()
 	if !ok {
 		return code
 	}
 	defer cl.Close()
 
-	lease, sig, err := acquireInterruptible(a, cl, c.conn, name, sigs)
+	lease, sig, err := acquireInterruptible(x.acquire, cl, c.conn, x.name, sigs)
 	if sig != nil {
-		fmt.Fprintf(stderr, "raftlock exec: %v while acquiring %s\n", sig, name)
+		fmt.Fprintf(stderr, "raftlock exec: %v while acquiring %s\n", sig, x.name)
 		return signalCode(sig)
 	}
 	if err != nil {
-		return c.fail(err)
+		return c.fail(err) // exit 6 when the acquire's outcome is unknown
 	}
 	release := func() error {
 		ctx, cancel := c.conn.ctx()
@@ -116,55 +102,120 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ e
 		return lease.Release(ctx)
 	}
 
-	cmd.Env = append(slices.Clip(environ),
-		"RAFTLOCK_LOCK="+name,
-		"RAFTLOCK_FENCING_TOKEN="+strconv.FormatUint(lease.Token(), 10))
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A process the command left running with our stdout or stderr must
-	// not keep us (and the lock) forever once the command has exited.
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
+	child, err := startChild(cmd, x.name, lease.Token(), stdin, stdout, stderr, environ)
+	if err != nil {
 		fmt.Fprintf(stderr, "raftlock exec: %v\n", err)
 		if rerr := release(); rerr != nil {
 			fmt.Fprintf(stderr, "raftlock exec: %v\n", rerr)
 		}
 		return startFailure(err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	waitErr, lossReported := child.supervise(lease, sigs, x.killGrace, x.name, stderr)
+	return releaseAndExitCode(lease, release, waitErr, lossReported, x.name, stderr)
+}
 
-	group := func(s syscall.Signal) {
-		// The group id is the command's pid (Setpgid); it stays reserved
-		// until Wait reaps the command, so this never hits a stranger.
-		_ = syscall.Kill(-cmd.Process.Pid, s)
+// parseExec parses exec's flags, the lock's name and the command. With "--",
+// flags may come anywhere before it; without, they end at NAME, so that the
+// command's own flags are left to it. When ok is false, exec exits with code.
+func parseExec(c *cli, args []string, environ env) (x execArgs, code int, ok bool) {
+	c.conn = addConnFlags(c.fs, 10*time.Second, false)
+	x.acquire = addAcquireFlags(c.fs)
+	c.fs.DurationVar(&x.killGrace, "kill-grace", 5*time.Second, "after SIGTERM on a lost lease, wait this long before SIGKILL")
+
+	var pos []string
+	if i := slices.Index(args, "--"); i >= 0 {
+		if pos, code, ok = c.parse(args[:i], environ, 1, 1); !ok {
+			return x, code, false
+		}
+		x.argv = args[i+1:]
+	} else {
+		c.flagsFirst = true
+		if pos, code, ok = c.parse(args, environ, 1, -1); !ok {
+			return x, code, false
+		}
+		x.argv = pos[1:]
 	}
-	lostCh := lease.Lost()
-	var kill <-chan time.Time
-	var waitErr error
-loop:
+	x.name = pos[0]
+	if len(x.argv) == 0 {
+		return x, c.usageError(errors.New("missing the command to run (raftlock exec NAME -- COMMAND)")), false
+	}
+	if err := x.acquire.check(); err != nil {
+		return x, c.usageError(err), false
+	}
+	if x.killGrace < 0 {
+		return x, c.usageError(errors.New("--kill-grace must not be negative")), false
+	}
+	return x, exitOK, true
+}
+
+// child is the running command, alone in its process group.
+type child struct {
+	cmd    *exec.Cmd
+	waited chan error // cmd.Wait's result
+}
+
+// startChild starts cmd with the lock's name and fencing token in its
+// environment and exec's streams, in a process group of its own.
+func startChild(cmd *exec.Cmd, name string, token uint64, stdin io.Reader, stdout, stderr io.Writer, environ env) (*child, error) {
+	cmd.Env = append(slices.Clip(environ),
+		"RAFTLOCK_LOCK="+name,
+		"RAFTLOCK_FENCING_TOKEN="+strconv.FormatUint(token, 10))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A process the command left running with our stdout or stderr must
+	// not keep us (and the lock) forever once the command has exited.
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ch := &child{cmd: cmd, waited: make(chan error, 1)}
+	go func() { ch.waited <- cmd.Wait() }()
+	return ch, nil
+}
+
+// signalGroup sends s to the command and every process it started.
+func (ch *child) signalGroup(s syscall.Signal) {
+	// The group id is the command's pid (Setpgid); it stays reserved until
+	// Wait reaps the command, so this never hits a stranger.
+	_ = syscall.Kill(-ch.cmd.Process.Pid, s)
+}
+
+// supervise waits for the command to end, forwarding the signals from sigs
+// to its group. If the lease is lost meanwhile, it stops the command:
+// SIGTERM, then SIGKILL once killGrace has passed. It returns Wait's error
+// and whether it reported the loss (the lease may still be lost after the
+// command ended, unreported).
+func (ch *child) supervise(lease *client.Lease, sigs <-chan os.Signal, killGrace time.Duration, name string, stderr io.Writer) (waitErr error, lossReported bool) {
+	lost := lease.Lost()
+	var kill <-chan time.Time // fires killGrace after the SIGTERM
 	for {
 		select {
-		case waitErr = <-waited:
-			break loop
+		case waitErr = <-ch.waited:
+			return waitErr, lossReported
 		case s := <-sigs:
 			if ss, ok := s.(syscall.Signal); ok {
-				group(ss)
+				ch.signalGroup(ss)
 			}
-		case <-lostCh:
-			lostCh = nil
+		case <-lost:
+			lost, lossReported = nil, true
 			fmt.Fprintf(stderr, "raftlock exec: lease on %s lost (%s); sending SIGTERM to the command\n", name, lostReason(lease))
-			group(syscall.SIGTERM)
-			t := time.NewTimer(*grace)
+			ch.signalGroup(syscall.SIGTERM)
+			t := time.NewTimer(killGrace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(stderr, "raftlock exec: the command did not stop within %s of SIGTERM; sending SIGKILL\n", *grace)
-			group(syscall.SIGKILL)
+			fmt.Fprintf(stderr, "raftlock exec: the command did not stop within %s of SIGTERM; sending SIGKILL\n", killGrace)
+			ch.signalGroup(syscall.SIGKILL)
 		}
 	}
+}
 
+// releaseAndExitCode releases the lease once the command has ended and
+// returns exec's exit code: exitNotHolder if the lease was lost by then (the
+// command's work may not have been protected by the lock), else the
+// command's own.
+func releaseAndExitCode(lease *client.Lease, release func() error, waitErr error, lossReported bool, name string, stderr io.Writer) int {
 	lost := false
 	select {
 	case <-lease.Lost():
@@ -173,7 +224,7 @@ loop:
 	}
 	rerr := release()
 	if lost {
-		if lostCh != nil { // lost after the command ended, before the release
+		if !lossReported { // lost after the command ended, before the release
 			fmt.Fprintf(stderr, "raftlock exec: lease on %s lost (%s) before the command's end was known\n", name, lostReason(lease))
 		}
 		return exitNotHolder

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -259,4 +262,35 @@ func TestExec(t *testing.T) {
 		}
 	})
 
+}
+
+// TestExecUnknownOutcome: when the acquire's outcome cannot be known (504
+// unknown_outcome until --timeout), exec exits 6 without running the
+// command, and its help says so.
+func TestExecUnknownOutcome(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Raftlock-Node", "n1")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusGatewayTimeout)
+		io.WriteString(w, `{"error":"unknown_outcome","message":"outcome unknown: leadership lost with the entry in flight"}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	r := startExec(t, env{"RAFTLOCK_ENDPOINTS=" + srv.URL, "DIR=" + dir},
+		"--lease-id", "0123456789abcdef", "--timeout", "300ms", "jobs/unknown", "--", "sh", "-c", writeEnv)
+	if code := r.wait(t, 15*time.Second); code != exitUnknown {
+		t.Errorf("exit %d, want %d", code, exitUnknown)
+	}
+	if s := r.stderr.String(); !strings.HasPrefix(s, "raftlock exec: outcome unknown") {
+		t.Errorf("stderr %q", s)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "env")); err == nil {
+		t.Error("the command ran although the acquire's outcome is unknown")
+	}
+
+	help := startExec(t, nil, "--help")
+	if code := help.wait(t, 15*time.Second); code != exitOK || !strings.Contains(help.stdout.String(), "Exits 6") {
+		t.Errorf("exit %d; raftlock exec --help does not mention exit 6:\n%s", code, help.stdout.String())
+	}
 }
