@@ -18,23 +18,28 @@ import (
 // state is one lock's state in the sequential specification. It is a
 // comparable value; the model is nondeterministic (expiry may or may not
 // have happened, an unknown outcome may or may not have taken effect), so a
-// step returns every possible next state.
+// step returns every possible next state. Times are ns from the history's
+// first call.
 type state struct {
 	Holder string // lease id holding the lock, "" when free
 	Token  uint64 // the holder's fencing token; 0 when its grant's answer was lost
-	E      int64  // earliest time the holder's lease may be gone: send + ttl
-	Max    uint64 // highest token known granted on this lock
-	// Low is the earliest real time the next operation can take effect at:
-	// the linearization points chosen so far, raised to E where an expiry
-	// was observed. Keeping it in the state makes one-sided expiry exact.
-	Low int64
+	// EarliestExpiry is the earliest time the holder's lease may be gone:
+	// send + ttl of its latest grant or renewal.
+	EarliestExpiry int64
+	MaxToken       uint64 // highest token known granted on this lock
+	// EarliestNext is the earliest time the next operation can take effect
+	// at: the linearization points chosen so far, raised to EarliestExpiry
+	// where an expiry was observed. Keeping it in the state makes one-sided
+	// expiry exact.
+	EarliestNext int64
 }
 
-// input is what porcupine sees of an operation.
+// input is what porcupine sees of an operation. Times are ns from the
+// history's first call.
 type input struct {
 	Kind  string
 	Lease string
-	TTL   int64 // ns
+	TTLNs int64
 	Call  int64
 	Ret   int64 // MaxInt64 for unknown outcomes
 }
@@ -45,9 +50,9 @@ type output struct {
 }
 
 // at returns the linearization point of an op in state s, or false when the
-// op cannot take effect after s.Low and at or after min.
-func at(s state, in input, min int64) (int64, bool) {
-	p := max(s.Low, in.Call, min)
+// op cannot take effect after s.EarliestNext and at or after notBefore.
+func at(s state, in input, notBefore int64) (int64, bool) {
+	p := max(s.EarliestNext, in.Call, notBefore)
 	return p, p <= in.Ret
 }
 
@@ -55,10 +60,10 @@ func at(s state, in input, min int64) (int64, bool) {
 // learning it if the holder's grant answer was lost.
 func reveal(s state, tok uint64) (state, bool) {
 	if s.Token == 0 {
-		if tok <= s.Max {
+		if tok <= s.MaxToken {
 			return s, false
 		}
-		s.Token, s.Max = tok, tok
+		s.Token, s.MaxToken = tok, tok
 		return s, true
 	}
 	return s, s.Token == tok
@@ -66,142 +71,183 @@ func reveal(s state, tok uint64) (state, bool) {
 
 // step is the sequential specification of one lock, with one-sided expiry.
 func step(s state, in input, out output) []state {
-	var next []state
-	// move appends s advanced to point p (if p is a possible point).
-	move := func(s state, min int64) (state, bool) {
-		p, ok := at(s, in, min)
-		s.Low = p
-		return s, ok
-	}
-	// expired: the holder's lease is gone, which may be observed only at or
-	// after its E.
-	expired := func(s state) (state, bool) {
-		s, ok := move(s, s.E)
-		s.Holder, s.Token, s.E = "", 0, 0
-		return s, ok
-	}
-	add := func(s state, ok bool) {
-		if ok {
-			next = append(next, s)
-		}
-	}
-	grant := func(s state, tok uint64) (state, bool) {
-		ok := true
-		if s.Holder != "" { // a lease's own re-acquire after expiry is a new grant too
-			s, ok = expired(s)
-		} else {
-			s, ok = move(s, 0)
-		}
-		if tok != 0 {
-			if tok <= s.Max {
-				return s, false
-			}
-			s.Max = tok
-		}
-		s.Holder, s.Token, s.E = in.Lease, tok, in.Call+in.TTL
-		return s, ok
-	}
+	t := &transition{in: in}
 	switch in.Kind {
 	case history.Acquire:
-		switch out.Outcome {
-		case history.OK:
-			if s.Holder == in.Lease { // idempotent retry: same token, deadline pushed
-				t, ok := reveal(s, out.Token)
-				t, ok2 := move(t, 0)
-				t.E = max(t.E, in.Call+in.TTL)
-				add(t, ok && ok2)
-			}
-			add(grant(s, out.Token))
-		case history.Held:
-			if out.Token == 0 && s.Holder != in.Lease {
-				// Refused with no holder named: the lock is promised to a
-				// parked waiter whose grant has not applied (an acquire
-				// never jumps the queue), so it may be free here.
-				add(move(s, 0))
-			} else if s.Holder != "" && s.Holder != in.Lease {
-				t, ok := reveal(s, out.Token)
-				t, ok2 := move(t, 0)
-				add(t, ok && ok2)
-			}
-		case history.Unknown:
-			add(s, true)
-			if s.Holder == in.Lease {
-				t, ok := move(s, 0)
-				t.E = max(t.E, in.Call+in.TTL)
-				add(t, ok)
-			} else {
-				add(grant(s, 0))
-			}
-		}
+		t.acquire(s, out)
 	case history.Renew:
-		switch out.Outcome {
-		case history.OK:
-			if s.Holder == in.Lease {
-				t, ok := reveal(s, out.Token)
-				t, ok2 := move(t, 0)
-				t.E = max(t.E, in.Call+in.TTL)
-				add(t, ok && ok2)
-			}
-		case history.NotHolder:
-			if s.Holder != in.Lease {
-				add(move(s, 0))
-			} else {
-				add(expired(s))
-			}
-		case history.Unknown:
-			add(s, true)
-			if s.Holder == in.Lease {
-				t, ok := move(s, 0)
-				t.E = max(t.E, in.Call+in.TTL)
-				add(t, ok)
-			}
-		}
+		t.renew(s, out)
 	case history.Release:
-		free := func(s state) (state, bool) {
-			s, ok := move(s, 0)
-			s.Holder, s.Token, s.E = "", 0, 0
-			return s, ok
-		}
-		switch out.Outcome {
-		case history.OK:
-			if s.Holder == in.Lease {
-				add(free(s))
-			}
-		case history.NotHolder:
-			if s.Holder != in.Lease {
-				add(move(s, 0))
-			} else {
-				add(expired(s))
-			}
-		case history.Unknown:
-			add(s, true)
-			if s.Holder == in.Lease {
-				add(free(s))
-			}
-		}
+		t.release(s, out)
 	case history.Read:
-		switch out.Outcome {
-		case history.OK:
-			if s.Holder != "" {
-				t, ok := reveal(s, out.Token)
-				t, ok2 := move(t, 0)
-				add(t, ok && ok2)
-			}
-		case history.Free:
-			if s.Holder == "" {
-				add(move(s, 0))
-			} else {
-				add(expired(s))
-			}
+		t.read(s, out)
+	}
+	return t.next
+}
+
+// transition collects the states that one operation, in, may lead to. Its
+// helpers return a state and whether it is possible; add keeps the possible.
+type transition struct {
+	in   input
+	next []state
+}
+
+func (t *transition) add(s state, ok bool) {
+	if ok {
+		t.next = append(t.next, s)
+	}
+}
+
+// move advances s to the op's linearization point, at or after notBefore.
+func (t *transition) move(s state, notBefore int64) (state, bool) {
+	p, ok := at(s, t.in, notBefore)
+	s.EarliestNext = p
+	return s, ok
+}
+
+// expire: the holder's lease is gone, which may be observed only at or
+// after its EarliestExpiry.
+func (t *transition) expire(s state) (state, bool) {
+	s, ok := t.move(s, s.EarliestExpiry)
+	s.Holder, s.Token, s.EarliestExpiry = "", 0, 0
+	return s, ok
+}
+
+// free: the holder released the lock.
+func (t *transition) free(s state) (state, bool) {
+	s, ok := t.move(s, 0)
+	s.Holder, s.Token, s.EarliestExpiry = "", 0, 0
+	return s, ok
+}
+
+// grant gives the lock to the op's lease with token tok (0: not known).
+func (t *transition) grant(s state, tok uint64) (state, bool) {
+	ok := true
+	if s.Holder != "" { // a lease's own re-acquire after expiry is a new grant too
+		s, ok = t.expire(s)
+	} else {
+		s, ok = t.move(s, 0)
+	}
+	if tok != 0 {
+		if tok <= s.MaxToken {
+			return s, false
+		}
+		s.MaxToken = tok
+	}
+	s.Holder, s.Token, s.EarliestExpiry = t.in.Lease, tok, t.in.Call+t.in.TTLNs
+	return s, ok
+}
+
+// extend: the holder's lease lives at least the op's TTL from its send.
+func (t *transition) extend(s state) (state, bool) {
+	s, ok := t.move(s, 0)
+	s.EarliestExpiry = max(s.EarliestExpiry, t.in.Call+t.in.TTLNs)
+	return s, ok
+}
+
+// observe: the op saw the current holder with token tok.
+func (t *transition) observe(s state, tok uint64) (state, bool) {
+	s, revealed := reveal(s, tok)
+	s, ok := t.move(s, 0)
+	return s, revealed && ok
+}
+
+// observeExtend: the op saw its own lease holding the lock with token tok,
+// and extended it.
+func (t *transition) observeExtend(s state, tok uint64) (state, bool) {
+	s, revealed := reveal(s, tok)
+	s, ok := t.extend(s)
+	return s, revealed && ok
+}
+
+// notHolder: the op's lease does not hold the lock, either because another
+// (or none) does or because its own lease has expired.
+func (t *transition) notHolder(s state) {
+	if s.Holder != t.in.Lease {
+		t.add(t.move(s, 0))
+	} else {
+		t.add(t.expire(s))
+	}
+}
+
+func (t *transition) acquire(s state, out output) {
+	ownLease := s.Holder == t.in.Lease
+	switch out.Outcome {
+	case history.OK:
+		if ownLease { // idempotent retry: same token, deadline pushed
+			t.add(t.observeExtend(s, out.Token))
+		}
+		t.add(t.grant(s, out.Token))
+	case history.Held:
+		if out.Token == 0 && !ownLease {
+			// Refused with no holder named: the lock is promised to a
+			// parked waiter whose grant has not applied (an acquire
+			// never jumps the queue), so it may be free here.
+			t.add(t.move(s, 0))
+		} else if s.Holder != "" && !ownLease {
+			t.add(t.observe(s, out.Token))
+		}
+	case history.Unknown:
+		t.add(s, true)
+		if ownLease {
+			t.add(t.extend(s))
+		} else {
+			t.add(t.grant(s, 0))
 		}
 	}
-	return next
+}
+
+func (t *transition) renew(s state, out output) {
+	switch out.Outcome {
+	case history.OK:
+		if s.Holder == t.in.Lease {
+			t.add(t.observeExtend(s, out.Token))
+		}
+	case history.NotHolder:
+		t.notHolder(s)
+	case history.Unknown:
+		t.add(s, true)
+		if s.Holder == t.in.Lease {
+			t.add(t.extend(s))
+		}
+	}
+}
+
+func (t *transition) release(s state, out output) {
+	switch out.Outcome {
+	case history.OK:
+		if s.Holder == t.in.Lease {
+			t.add(t.free(s))
+		}
+	case history.NotHolder:
+		t.notHolder(s)
+	case history.Unknown:
+		t.add(s, true)
+		if s.Holder == t.in.Lease {
+			t.add(t.free(s))
+		}
+	}
+}
+
+func (t *transition) read(s state, out output) {
+	switch out.Outcome {
+	case history.OK:
+		if s.Holder != "" {
+			t.add(t.observe(s, out.Token))
+		}
+	case history.Free:
+		if s.Holder == "" {
+			t.add(t.move(s, 0))
+		} else {
+			t.add(t.expire(s))
+		}
+	}
 }
 
 func hashState(v any) uint64 {
 	s := v.(state)
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s|%d|%d|%d|%d", s.Holder, s.Token, s.E, s.Max, s.Low)
+	fmt.Fprintf(h, "%s|%d|%d|%d|%d", s.Holder, s.Token, s.EarliestExpiry, s.MaxToken, s.EarliestNext)
 	return h.Sum64()
 }
 
@@ -221,7 +267,7 @@ func Model() porcupine.Model {
 		Hash:  hashState,
 		DescribeOperation: func(in, out any) string {
 			i, o := in.(input), out.(output)
-			s := fmt.Sprintf("%s(%s, ttl %v) -> %s", i.Kind, short(i.Lease), time.Duration(i.TTL), o.Outcome)
+			s := fmt.Sprintf("%s(%s, ttl %v) -> %s", i.Kind, short(i.Lease), time.Duration(i.TTLNs), o.Outcome)
 			if o.Token != 0 {
 				s += fmt.Sprintf(" %d", o.Token)
 			}
@@ -234,9 +280,9 @@ func Model() porcupine.Model {
 		for _, x := range v.([]any) {
 			s := x.(state)
 			if s.Holder == "" {
-				parts = append(parts, fmt.Sprintf("free (max %d)", s.Max))
+				parts = append(parts, fmt.Sprintf("free (max %d)", s.MaxToken))
 			} else {
-				parts = append(parts, fmt.Sprintf("%s tok %d (max %d)", short(s.Holder), s.Token, s.Max))
+				parts = append(parts, fmt.Sprintf("%s tok %d (max %d)", short(s.Holder), s.Token, s.MaxToken))
 			}
 		}
 		return fmt.Sprint(parts)
@@ -282,7 +328,7 @@ func Operations(ops []history.Op) []porcupine.Operation {
 		}
 		out = append(out, porcupine.Operation{
 			ClientId: o.Client,
-			Input:    input{Kind: o.Kind, Lease: o.Lease, TTL: o.TTL * int64(time.Millisecond), Call: o.Call - t0, Ret: ret},
+			Input:    input{Kind: o.Kind, Lease: o.Lease, TTLNs: o.TTL * int64(time.Millisecond), Call: o.Call - t0, Ret: ret},
 			Call:     o.Call - t0,
 			Output:   output{Outcome: o.Outcome, Token: tok},
 			Return:   ret,
