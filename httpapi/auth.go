@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/gorilla/mux"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // Role is what a bearer token may do. Each role includes the ones below it.
@@ -162,12 +164,6 @@ func (t *Tokens) lookup(token string) Role {
 	return role
 }
 
-// Auth failures of the contract's error shape.
-const (
-	codeUnauthorized = "unauthorized"
-	codeForbidden    = "forbidden"
-)
-
 // authorize is mux middleware (it needs the matched route): it lets a
 // request through when its bearer token's role covers the route's, and
 // answers 401 or 403 otherwise. Followers check before forwarding, and the
@@ -191,7 +187,7 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		if !ok {
 			refuseBody(w, r) // answer now, not after the body a client without a token may be dripping
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock"`)
-			writeError(w, &apiError{http.StatusUnauthorized, codeUnauthorized, "a bearer token is required (Authorization: Bearer TOKEN)"})
+			writeError(w, &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "a bearer token is required (Authorization: Bearer TOKEN)"})
 			return
 		}
 		have := s.opts.Tokens.lookup(token)
@@ -200,12 +196,12 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			refuseBody(w, r)
 			s.rateLog.Warn("unknown bearer token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="invalid_token"`)
-			writeError(w, &apiError{http.StatusUnauthorized, codeUnauthorized, "unknown bearer token"})
+			writeError(w, &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "unknown bearer token"})
 		case have < need:
 			refuseBody(w, r)
 			s.rateLog.Warn("forbidden", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "role", have.String(), "needs", need.String())
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="insufficient_scope"`)
-			writeError(w, &apiError{http.StatusForbidden, codeForbidden, fmt.Sprintf("a %s token cannot %s %s; it needs %s", have, r.Method, r.URL.Path, need)})
+			writeError(w, &apiError{http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("a %s token cannot %s %s; it needs %s", have, r.Method, r.URL.Path, need)})
 		default:
 			next.ServeHTTP(w, r)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
@@ -168,8 +169,8 @@ func TestAuthEveryEndpointAndRole(t *testing.T) {
 				default:
 					wantError(t, rec, http.StatusForbidden, "forbidden", e.need.String())
 				}
-				if rec.Header().Get(headerNode) != "n1" {
-					t.Errorf("a refusal lacks %s: %v", headerNode, rec.Header())
+				if rec.Header().Get(api.HeaderNode) != "n1" {
+					t.Errorf("a refusal lacks %s: %v", api.HeaderNode, rec.Header())
 				}
 				if f.writes() != before {
 					t.Error("a refused request reached the store")
@@ -203,7 +204,7 @@ func TestAuthForwardedKeepsToken(t *testing.T) {
 
 	acq := writeRequests[0].body
 	rec := do(t, s, "POST", "/v1/locks/acquire", acq, "Authorization", "Bearer "+tokRW)
-	if rec.Code != http.StatusOK || rec.Header().Get(headerLeader) != "n1" {
+	if rec.Code != http.StatusOK || rec.Header().Get(api.HeaderLeader) != "n1" {
 		t.Fatalf("forwarded acquire: %d %s", rec.Code, rec.Body)
 	}
 	if len(lf.commands()) != 1 {

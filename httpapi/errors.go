@@ -7,23 +7,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/raftnode"
-)
-
-// Error codes of the contract (docs/API.md).
-const (
-	codeBadRequest     = "bad_request"
-	codeTooLarge       = "too_large"
-	codeUnsupportedMT  = "unsupported_media_type"
-	codeNoLeader       = "no_leader"
-	codeUnknownOutcome = "unknown_outcome"
-	codeOverloaded     = "overloaded"
-	codeHeld           = "held"
-	codeNotHolder      = "not_holder"
-	codeNotFound       = "not_found"
-	codeStorage        = "storage_error"
-	codeDiverged       = "state_diverged"
-	codeInternal       = "internal"
 )
 
 // apiError is an error with its HTTP status and contract code.
@@ -36,7 +21,7 @@ type apiError struct {
 func (e *apiError) Error() string { return e.code + ": " + e.message }
 
 func badRequest(format string, args ...any) *apiError {
-	return &apiError{http.StatusBadRequest, codeBadRequest, fmt.Sprintf(format, args...)}
+	return &apiError{http.StatusBadRequest, api.CodeBadRequest, fmt.Sprintf(format, args...)}
 }
 
 // errorTable maps the node's sentinel errors to statuses, in one place, first
@@ -50,27 +35,27 @@ var errorTable = []struct {
 	code   string
 }{
 	// First: an indeterminate error may also wrap ErrShutdown.
-	{raftnode.ErrIndeterminate, http.StatusGatewayTimeout, codeUnknownOutcome},
-	{errUnknownOutcome, http.StatusGatewayTimeout, codeUnknownOutcome},
+	{raftnode.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
+	{errUnknownOutcome, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
 	// The request's deadline (or the client going away) after the command
 	// was handed to the store: it may have been submitted, and a parked
 	// acquire's grant may be in flight. Reads map these themselves (read).
-	{context.DeadlineExceeded, http.StatusGatewayTimeout, codeUnknownOutcome},
-	{context.Canceled, http.StatusGatewayTimeout, codeUnknownOutcome},
-	{raftnode.ErrNotLeader, http.StatusServiceUnavailable, codeNoLeader},
-	{raftnode.ErrNoLeader, http.StatusServiceUnavailable, codeNoLeader},
-	{raftnode.ErrShutdown, http.StatusServiceUnavailable, codeNoLeader},
-	{raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, codeNoLeader},
-	{raftnode.ErrOverloaded, http.StatusTooManyRequests, codeOverloaded},
-	{raftnode.ErrUnknownNode, http.StatusNotFound, codeNotFound},
+	{context.DeadlineExceeded, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
+	{context.Canceled, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
+	{raftnode.ErrNotLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{raftnode.ErrNoLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{raftnode.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{raftnode.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded},
+	{raftnode.ErrUnknownNode, http.StatusNotFound, api.CodeNotFound},
 	// Refused before anything reached the log: this node's state is not the
 	// cluster's (a state check found it different from the leader's).
-	{raftnode.ErrDiverged, http.StatusServiceUnavailable, codeDiverged},
+	{raftnode.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged},
 	// The leader's disk refused the entry and the leader stepped down; with
 	// a log store that can half-write a batch nobody can promise the entry
 	// is gone, so the status promises nothing (500) and Retry-After invites
 	// the same-lease retry that settles it.
-	{raftnode.ErrStorage, http.StatusInternalServerError, codeStorage},
+	{raftnode.ErrStorage, http.StatusInternalServerError, api.CodeStorage},
 }
 
 // errUnknownOutcome marks a failure after which this node cannot know
@@ -82,7 +67,7 @@ var errUnknownOutcome = errors.New("outcome unknown")
 func unknownOutcome(err error) bool {
 	for _, row := range errorTable {
 		if errors.Is(err, row.err) {
-			return row.code == codeUnknownOutcome
+			return row.code == api.CodeUnknownOutcome
 		}
 	}
 	return false
@@ -93,7 +78,7 @@ func unknownOutcome(err error) bool {
 func writeError(w http.ResponseWriter, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
-		ae = &apiError{http.StatusInternalServerError, codeInternal, err.Error()}
+		ae = &apiError{http.StatusInternalServerError, api.CodeInternal, err.Error()}
 		for _, row := range errorTable {
 			if errors.Is(err, row.err) {
 				ae = &apiError{row.status, row.code, err.Error()}
@@ -103,13 +88,13 @@ func writeError(w http.ResponseWriter, err error) {
 	}
 	switch ae.status {
 	case http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set(api.HeaderRetryAfter, "1")
 	case http.StatusInternalServerError:
-		if ae.code == codeStorage {
-			w.Header().Set("Retry-After", "1")
+		if ae.code == api.CodeStorage {
+			w.Header().Set(api.HeaderRetryAfter, "1")
 		}
 	}
-	writeJSON(w, ae.status, map[string]string{"error": ae.code, "message": ae.message})
+	writeJSON(w, ae.status, api.Error{Error: ae.code, Message: ae.message})
 }
 
 func writeJSON(w http.ResponseWriter, status int, body any) {

@@ -12,13 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/raftnode"
 )
-
-// headerForwarded marks a request relayed by a follower, naming it. A node
-// that is not the leader answers such a request itself (503) instead of
-// forwarding again, so a request never travels in a loop.
-const headerForwarded = "X-Raftlock-Forwarded-By"
 
 // decision is what a handler's leader-side work produced.
 type decision func(ctx context.Context) (status int, body any, err error)
@@ -60,8 +56,8 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		case werr != nil:
 			writeError(w, fmt.Errorf("%w known after %v", raftnode.ErrNoLeader, s.opts.LeaderWait))
 			return
-		case id != s.store.ID() && r.Header.Get(headerForwarded) != "":
-			writeError(w, fmt.Errorf("%w: request forwarded by %s, but %s leads", raftnode.ErrNotLeader, r.Header.Get(headerForwarded), id))
+		case id != s.store.ID() && r.Header.Get(api.HeaderForwardedBy) != "":
+			writeError(w, fmt.Errorf("%w: request forwarded by %s, but %s leads", raftnode.ErrNotLeader, r.Header.Get(api.HeaderForwardedBy), id))
 			return
 		case id != s.store.ID():
 			s.forward.relay(w, r, addr, body)
@@ -117,7 +113,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(headerForwarded, f.self)
+	req.Header.Set(api.HeaderForwardedBy, f.self)
 	if auth := r.Header.Get("Authorization"); auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
@@ -132,7 +128,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 	}
 	defer resp.Body.Close()
 	markForwarded(w)
-	for _, h := range []string{"Content-Type", "Retry-After", "WWW-Authenticate", headerLeader} {
+	for _, h := range []string{"Content-Type", api.HeaderRetryAfter, "WWW-Authenticate", api.HeaderLeader} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}

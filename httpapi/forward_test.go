@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/raftnode"
 )
@@ -53,18 +54,18 @@ func TestStoreErrors(t *testing.T) {
 		code       string
 		readStatus int // 0: status
 	}{
-		{"indeterminate", raftnode.ErrIndeterminate, http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
-		{"wrapped indeterminate", fmt.Errorf("apply acquire: %w", raftnode.ErrIndeterminate), http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
-		{"shutdown in flight", inFlightShutdown, http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
-		{"shutdown", raftnode.ErrShutdown, http.StatusServiceUnavailable, codeNoLeader, 0},
-		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
-		{"canceled", context.Canceled, http.StatusGatewayTimeout, codeUnknownOutcome, http.StatusServiceUnavailable},
-		{"leader changed", raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, codeNoLeader, 0},
-		{"overloaded", raftnode.ErrOverloaded, http.StatusTooManyRequests, codeOverloaded, 0},
-		{"wrapped overloaded", fmt.Errorf("x: %w", raftnode.ErrOverloaded), http.StatusTooManyRequests, codeOverloaded, 0},
-		{"diverged", raftnode.ErrDiverged, http.StatusServiceUnavailable, codeDiverged, 0},
-		{"storage", fmt.Errorf("apply acquire: %w", raftnode.ErrStorage), http.StatusInternalServerError, codeStorage, 0},
-		{"unexpected", errors.New("disk on fire"), http.StatusInternalServerError, codeInternal, 0},
+		{"indeterminate", raftnode.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
+		{"wrapped indeterminate", fmt.Errorf("apply acquire: %w", raftnode.ErrIndeterminate), http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
+		{"shutdown in flight", inFlightShutdown, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
+		{"shutdown", raftnode.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
+		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
+		{"canceled", context.Canceled, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
+		{"leader changed", raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
+		{"overloaded", raftnode.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded, 0},
+		{"wrapped overloaded", fmt.Errorf("x: %w", raftnode.ErrOverloaded), http.StatusTooManyRequests, api.CodeOverloaded, 0},
+		{"diverged", raftnode.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged, 0},
+		{"storage", fmt.Errorf("apply acquire: %w", raftnode.ErrStorage), http.StatusInternalServerError, api.CodeStorage, 0},
+		{"unexpected", errors.New("disk on fire"), http.StatusInternalServerError, api.CodeInternal, 0},
 	}
 	reads := []string{"/v1/locks/a", "/v1/locks", "/v1/locks/a?stale=true"}
 	for _, tc := range cases {
@@ -73,7 +74,7 @@ func TestStoreErrors(t *testing.T) {
 				// Here n2 leads: the error is its own, not a reason to forward.
 				rec := do(t, newServer(failingStore(tc.err, "n2")), http.MethodPost, w.path, w.body)
 				wantError(t, rec, tc.status, tc.code, "")
-				if tc.code != codeInternal {
+				if tc.code != api.CodeInternal {
 					wantRetryAfter(t, rec)
 				}
 			})
@@ -82,7 +83,7 @@ func TestStoreErrors(t *testing.T) {
 			t.Run(tc.name+r, func(t *testing.T) {
 				status, code := tc.status, tc.code
 				if tc.readStatus != 0 {
-					status, code = tc.readStatus, codeNoLeader
+					status, code = tc.readStatus, api.CodeNoLeader
 				}
 				rec := do(t, newServer(failingStore(tc.err, "n2")), http.MethodGet, r, "")
 				wantError(t, rec, status, code, "")
@@ -103,14 +104,14 @@ func TestParkedAcquireDeadlineIsUnknown(t *testing.T) {
 	}
 	s := New(f, Options{LeaderWait: testLeaderWait, RequestTimeout: 20 * time.Millisecond, Metrics: http.NotFoundHandler()})
 	rec := do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"a","ttl_ms":1000,"wait_ms":10,"lease_id":"`+leaseA+`"}`)
-	wantError(t, rec, http.StatusGatewayTimeout, codeUnknownOutcome, "deadline")
+	wantError(t, rec, http.StatusGatewayTimeout, api.CodeUnknownOutcome, "deadline")
 	wantRetryAfter(t, rec)
 }
 
 func TestUnknownNodeIsNotFound(t *testing.T) {
 	f := failingStore(fmt.Errorf("leave n9: %w", raftnode.ErrUnknownNode), "n2")
 	rec := do(t, newServer(f), http.MethodPost, "/v1/cluster/leave", `{"id":"n9"}`)
-	wantError(t, rec, http.StatusNotFound, codeNotFound, "n9")
+	wantError(t, rec, http.StatusNotFound, api.CodeNotFound, "n9")
 }
 
 // While quorum is lost no leader is known: after LeaderWait every request
@@ -124,10 +125,10 @@ func TestNoLeader(t *testing.T) {
 				f := failingStore(err, "")
 				f.waitForLeader = noLeaderEver
 				rec := do(t, newServer(f), http.MethodPost, w.path, w.body)
-				wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, "no leader")
+				wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, "no leader")
 				wantRetryAfter(t, rec)
-				if rec.Header().Get(headerLeader) != "" {
-					t.Errorf("%s %q while no leader is known", headerLeader, rec.Header().Get(headerLeader))
+				if rec.Header().Get(api.HeaderLeader) != "" {
+					t.Errorf("%s %q while no leader is known", api.HeaderLeader, rec.Header().Get(api.HeaderLeader))
 				}
 			})
 		}
@@ -137,7 +138,7 @@ func TestNoLeader(t *testing.T) {
 				f := failingStore(err, "")
 				f.waitForLeader = noLeaderEver
 				rec := do(t, newServer(f), http.MethodGet, r, "")
-				wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, "no leader")
+				wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, "no leader")
 				wantRetryAfter(t, rec)
 			})
 		}
@@ -168,7 +169,7 @@ func TestNewLeaderNotReadyYet(t *testing.T) {
 	// It never becomes ready: 503 once LeaderWait is over.
 	f.apply = func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, raftnode.ErrNoLeader }
 	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/acquire", `{"name":"b","ttl_ms":1000}`)
-	wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, "")
+	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, "")
 	wantRetryAfter(t, rec)
 }
 
@@ -189,7 +190,7 @@ func newRecordingLeader(t *testing.T, status int, reply string, hdr ...string) *
 	l.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		l.mu.Lock()
-		l.reqs = append(l.reqs, recorded{r.Method, r.RequestURI, r.Header.Get(headerForwarded), r.Header.Get("Content-Type"), string(body)})
+		l.reqs = append(l.reqs, recorded{r.Method, r.RequestURI, r.Header.Get(api.HeaderForwardedBy), r.Header.Get("Content-Type"), string(body)})
 		l.mu.Unlock()
 		for i := 0; i+1 < len(hdr); i += 2 {
 			w.Header().Set(hdr[i], hdr[i+1])
@@ -226,18 +227,18 @@ func TestForwardWrites(t *testing.T) {
 			// Odd spacing: the leader must get the client's bytes, not a re-encoding.
 			body := strings.Replace(w.body, "{", "{ ", 1)
 			reply := `{"whatever":"the leader said"}`
-			leader := newRecordingLeader(t, http.StatusOK, reply, headerLeader, "n1", "X-Other", "x")
+			leader := newRecordingLeader(t, http.StatusOK, reply, api.HeaderLeader, "n1", "X-Other", "x")
 			f := follower(leader.addr())
 			rec := do(t, newServer(f), http.MethodPost, w.path, body)
 
 			if rec.Code != http.StatusOK || rec.Body.String() != reply {
 				t.Errorf("relayed %d %q, want 200 %q", rec.Code, rec.Body, reply)
 			}
-			if got := rec.Header().Get(headerLeader); got != "n1" {
-				t.Errorf("%s %q, want n1", headerLeader, got)
+			if got := rec.Header().Get(api.HeaderLeader); got != "n1" {
+				t.Errorf("%s %q, want n1", api.HeaderLeader, got)
 			}
-			if got := rec.Header().Get(headerNode); got != "n2" {
-				t.Errorf("%s %q, want n2 (the node that answered the client)", headerNode, got)
+			if got := rec.Header().Get(api.HeaderNode); got != "n2" {
+				t.Errorf("%s %q, want n2 (the node that answered the client)", api.HeaderNode, got)
 			}
 			want := []recorded{{http.MethodPost, w.path, "n2", "application/json", body}}
 			if got := leader.requests(); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -320,7 +321,7 @@ func TestForwardToLeaderServer(t *testing.T) {
 
 	rec := do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"orders/89041","owner":"worker-a","ttl_ms":10000,"lease_id":"`+leaseA+`"}`)
 	wantJSON(t, rec, http.StatusOK, `{"name":"orders/89041","owner":"worker-a","lease_id":"`+leaseA+`","fencing_token":1,"ttl_ms":10000}`)
-	if rec.Header().Get(headerLeader) != "n1" || rec.Header().Get(headerNode) != "n2" {
+	if rec.Header().Get(api.HeaderLeader) != "n1" || rec.Header().Get(api.HeaderNode) != "n2" {
 		t.Errorf("headers %v", rec.Header())
 	}
 	rec = do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"orders/89041","owner":"worker-b","ttl_ms":10000}`)
@@ -339,13 +340,13 @@ func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
 	for _, w := range writeRequests {
 		t.Run(w.path, func(t *testing.T) {
 			f := follower(other.addr())
-			rec := do(t, newServer(f), http.MethodPost, w.path, w.body, headerForwarded, "n3")
-			wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, "n3")
+			rec := do(t, newServer(f), http.MethodPost, w.path, w.body, api.HeaderForwardedBy, "n3")
+			wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, "n3")
 			wantRetryAfter(t, rec)
 		})
 	}
-	rec := do(t, newServer(follower(other.addr())), http.MethodGet, "/v1/locks/a", "", headerForwarded, "n3")
-	wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, "n3")
+	rec := do(t, newServer(follower(other.addr())), http.MethodGet, "/v1/locks/a", "", api.HeaderForwardedBy, "n3")
+	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, "n3")
 	if n := len(other.requests()); n != 0 {
 		t.Errorf("a forwarded request was forwarded again (%d requests)", n)
 	}
@@ -383,12 +384,12 @@ func TestForwardLeaderUnreachable(t *testing.T) {
 	for _, w := range writeRequests {
 		t.Run(w.path, func(t *testing.T) {
 			rec := do(t, newServer(follower(addr)), http.MethodPost, w.path, w.body)
-			wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, addr)
+			wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, addr)
 			wantRetryAfter(t, rec)
 		})
 	}
 	rec := do(t, newServer(follower(addr)), http.MethodGet, "/v1/locks/a", "")
-	wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, addr)
+	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, addr)
 }
 
 // A follower that learns of the leader only while waiting forwards then.
@@ -431,12 +432,12 @@ func TestForwardFailureAfterSendIsUnknown(t *testing.T) {
 	for _, w := range writeRequests {
 		t.Run(w.path, func(t *testing.T) {
 			rec := do(t, newServer(follower(addr)), http.MethodPost, w.path, w.body)
-			wantError(t, rec, http.StatusGatewayTimeout, codeUnknownOutcome, addr)
+			wantError(t, rec, http.StatusGatewayTimeout, api.CodeUnknownOutcome, addr)
 			wantRetryAfter(t, rec)
 		})
 	}
 	rec := do(t, newServer(follower(addr)), http.MethodGet, "/v1/locks/a", "")
-	wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, addr)
+	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, addr)
 }
 
 // The request's deadline passing while the leader works on a forwarded
@@ -457,7 +458,7 @@ func TestForwardTimeoutAfterSendIsUnknown(t *testing.T) {
 	f := follower(strings.TrimPrefix(leader.URL, "http://"))
 	s := New(f, Options{LeaderWait: testLeaderWait, RequestTimeout: 50 * time.Millisecond, Metrics: http.NotFoundHandler()})
 	rec := do(t, s, http.MethodPost, "/v1/locks/release", `{"name":"a","lease_id":"`+leaseA+`"}`)
-	wantError(t, rec, http.StatusGatewayTimeout, codeUnknownOutcome, "deadline")
+	wantError(t, rec, http.StatusGatewayTimeout, api.CodeUnknownOutcome, "deadline")
 	select {
 	case <-got:
 	default:

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // Limits bound what one client can hold of a node: time to send a request,
@@ -193,7 +195,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		if r.Context().Value(reserveKey{}) != nil && !isProbe(r) {
 			refuseBody(w, r)
-			writeError(w, &apiError{http.StatusServiceUnavailable, codeOverloaded, "too many connections; only /healthz and /readyz are served on this one"})
+			writeError(w, &apiError{http.StatusServiceUnavailable, api.CodeOverloaded, "too many connections; only /healthz and /readyz are served on this one"})
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -229,7 +231,7 @@ func (s *Server) inflight(next http.Handler) http.Handler {
 			defer func() { <-slots }()
 		default:
 			refuseBody(w, r)
-			writeError(w, &apiError{http.StatusTooManyRequests, codeOverloaded, "too many requests in flight"})
+			writeError(w, &apiError{http.StatusTooManyRequests, api.CodeOverloaded, "too many requests in flight"})
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -246,18 +248,18 @@ func (s *Server) bodyFirst(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBody+1))
 		var ne net.Error
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():
 			refuseBody(w, r)
-			writeError(w, &apiError{http.StatusRequestTimeout, codeBadRequest, "request body not received within " + s.opts.Limits.BodyTimeout.String()})
+			writeError(w, &apiError{http.StatusRequestTimeout, api.CodeBadRequest, "request body not received within " + s.opts.Limits.BodyTimeout.String()})
 			return
 		case err != nil:
 			refuseBody(w, r)
 			writeError(w, badRequest("reading body: %v", err))
 			return
-		case len(body) > maxBody:
+		case len(body) > api.MaxBody:
 			refuseBody(w, r) // the rest is not read; readBody answers 413
 		default:
 			setReadDeadline(r, time.Time{})

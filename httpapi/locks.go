@@ -10,47 +10,13 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 )
 
-// leaseBody answers acquire and renew. It is the only body that shows a
-// lease_id, and only to the client that holds it.
-type leaseBody struct {
-	Name         string `json:"name"`
-	Owner        string `json:"owner"`
-	LeaseID      string `json:"lease_id"`
-	FencingToken uint64 `json:"fencing_token"`
-	TTLMs        int64  `json:"ttl_ms"`
-}
-
-type holderBody struct {
-	Owner        string `json:"owner"`
-	FencingToken uint64 `json:"fencing_token"`
-}
-
-type heldBody struct {
-	Error        string     `json:"error"`
-	Message      string     `json:"message"`
-	Holder       holderBody `json:"holder"`
-	RetryAfterMs int64      `json:"retry_after_ms,omitempty"` // during lock-delay
-}
-
-// lockView is a lock as reads show it: never with its lease_id.
-type lockView struct {
-	Name         string `json:"name"`
-	Held         bool   `json:"held"`
-	Owner        string `json:"owner"`
-	FencingToken uint64 `json:"fencing_token"`
-	TTLMs        int64  `json:"ttl_ms"`
-}
-
-type freeView struct {
-	Name string `json:"name"`
-	Held bool   `json:"held"`
-}
-
-func viewOf(l fsm.Lock) lockView {
-	return lockView{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL}
+// viewOf is a lock as reads show it: never with its lease_id.
+func viewOf(l fsm.Lock) api.Lock {
+	return api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL}
 }
 
 // outcome turns the state machine's result into the contract's answer.
@@ -58,16 +24,16 @@ func outcome(r fsm.Result, name string) (int, any, error) {
 	switch r.Status {
 	case fsm.StatusOK:
 		l := r.Lock
-		return http.StatusOK, leaseBody{l.Name, l.Owner, l.LeaseID, l.Token, l.TTL}, nil
+		return http.StatusOK, api.Lease{Name: l.Name, Owner: l.Owner, LeaseID: l.LeaseID, FencingToken: l.Token, TTLMs: l.TTL}, nil
 	case fsm.StatusHeld:
 		msg := fmt.Sprintf("lock %q is held by %q (fencing token %d)", name, r.Holder.Owner, r.Holder.Token)
 		if r.Retry > 0 {
 			msg = fmt.Sprintf("lock %q is in its lock-delay after the lease of %q expired; retry in %d ms", name, r.Holder.Owner, r.Retry)
 		}
-		return http.StatusConflict, heldBody{codeHeld, msg, holderBody{r.Holder.Owner, r.Holder.Token}, r.Retry}, nil
+		return http.StatusConflict, api.HeldError{Error: api.CodeHeld, Message: msg, Holder: api.Holder{Owner: r.Holder.Owner, FencingToken: r.Holder.Token}, RetryAfterMs: r.Retry}, nil
 	case fsm.StatusNotHolder:
-		return http.StatusConflict, map[string]string{"error": codeNotHolder,
-			"message": fmt.Sprintf("this lease does not hold lock %q (expired, released, or never did)", name)}, nil
+		return http.StatusConflict, api.Error{Error: api.CodeNotHolder,
+			Message: fmt.Sprintf("this lease does not hold lock %q (expired, released, or never did)", name)}, nil
 	}
 	return 0, nil, badRequest("the state machine refused the command as invalid")
 }
@@ -104,7 +70,7 @@ func (s *Server) release(ctx context.Context, req *releaseRequest) (int, any, er
 		return 0, nil, err
 	}
 	if res.Status == fsm.StatusOK {
-		return http.StatusOK, map[string]bool{"released": true}, nil
+		return http.StatusOK, api.Released{Released: true}, nil
 	}
 	return outcome(res, req.Name)
 }
@@ -163,15 +129,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		if l, ok := m.Get(name); ok {
 			return viewOf(l)
 		}
-		return freeView{Name: name}
+		return api.FreeLock{Name: name}
 	})
 }
-
-// Limits of a list: the default and the most one answer holds.
-const (
-	defaultListLimit = 1000
-	maxListLimit     = 10000
-)
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q, err := query(r)
@@ -180,26 +140,26 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prefix := q.Get("prefix")
-	if len(prefix) > maxName {
-		writeError(w, badRequest("prefix: must be at most %d bytes", maxName))
+	if len(prefix) > api.MaxName {
+		writeError(w, badRequest("prefix: must be at most %d bytes", api.MaxName))
 		return
 	}
-	limit := defaultListLimit
+	limit := api.DefaultListLimit
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
-			writeError(w, badRequest("limit: must be an integer between 1 and %d", maxListLimit))
+		if err != nil || n < 1 || n > api.MaxListLimit {
+			writeError(w, badRequest("limit: must be an integer between 1 and %d", api.MaxListLimit))
 			return
 		}
 		limit = n
 	}
 	s.read(w, r, func(m *fsm.Machine) any {
 		locks, truncated := m.List(prefix, limit)
-		views := make([]lockView, len(locks))
+		views := make([]api.Lock, len(locks))
 		for i, l := range locks {
 			views[i] = viewOf(l)
 		}
-		return map[string]any{"locks": views, "truncated": truncated}
+		return api.LockList{Locks: views, Truncated: truncated}
 	})
 }
 
@@ -246,7 +206,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(*fsm.Mac
 		m, err := s.store.Read(ctx, stale)
 		if unknownOutcome(err) {
 			// A read applies nothing: its timeout is "no leader in time".
-			return 0, nil, &apiError{http.StatusServiceUnavailable, codeNoLeader, "no answer from the leader in time: " + err.Error()}
+			return 0, nil, &apiError{http.StatusServiceUnavailable, api.CodeNoLeader, "no answer from the leader in time: " + err.Error()}
 		}
 		if err != nil {
 			return 0, nil, err

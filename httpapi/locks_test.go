@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 )
 
@@ -65,7 +66,7 @@ func TestAcquireHeld(t *testing.T) {
 	a := mustAcquire(t, s, `{"name":"orders/89041","owner":"worker-a","ttl_ms":10000,"lease_id":"`+leaseA+`"}`)
 
 	rec := do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"orders/89041","owner":"worker-b","ttl_ms":10000,"lease_id":"`+leaseB+`"}`)
-	e := wantError(t, rec, http.StatusConflict, codeHeld, "orders/89041")
+	e := wantError(t, rec, http.StatusConflict, api.CodeHeld, "orders/89041")
 	wantJSON(t, rec, http.StatusConflict, fmt.Sprintf(
 		`{"error":"held","message":%q,"holder":{"owner":"worker-a","fencing_token":%d}}`, e.Message, a.FencingToken))
 	if strings.Contains(rec.Body.String(), leaseA) {
@@ -74,7 +75,7 @@ func TestAcquireHeld(t *testing.T) {
 
 	// Without a lease id of its own, the answer is the same.
 	rec = do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"orders/89041","ttl_ms":10000}`)
-	wantError(t, rec, http.StatusConflict, codeHeld, "worker-a")
+	wantError(t, rec, http.StatusConflict, api.CodeHeld, "worker-a")
 }
 
 func TestAcquireHeldDuringLockDelay(t *testing.T) {
@@ -85,13 +86,13 @@ func TestAcquireHeldDuringLockDelay(t *testing.T) {
 	// The lease expires 1 s later; the lock-delay of 5 s starts then.
 	f.advance(1000 * time.Millisecond)
 	rec := do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"a","owner":"worker-b","ttl_ms":1000,"lease_id":"`+leaseB+`"}`)
-	e := wantError(t, rec, http.StatusConflict, codeHeld, "lock-delay")
+	e := wantError(t, rec, http.StatusConflict, api.CodeHeld, "lock-delay")
 	wantJSON(t, rec, http.StatusConflict, fmt.Sprintf(
 		`{"error":"held","message":%q,"holder":{"owner":"worker-a","fencing_token":%d},"retry_after_ms":5000}`, e.Message, a.FencingToken))
 
 	// The expired holder cannot renew its way back in.
 	rec = do(t, s, http.MethodPost, "/v1/locks/renew", `{"name":"a","lease_id":"`+leaseA+`"}`)
-	wantError(t, rec, http.StatusConflict, codeNotHolder, `"a"`)
+	wantError(t, rec, http.StatusConflict, api.CodeNotHolder, `"a"`)
 
 	// Nor does a read show the lock as held.
 	rec = do(t, s, http.MethodGet, "/v1/locks/a", "")
@@ -140,7 +141,7 @@ func TestRenewNotHolder(t *testing.T) {
 	notHolder := func(t *testing.T, s http.Handler, body string) {
 		t.Helper()
 		rec := do(t, s, http.MethodPost, "/v1/locks/renew", body)
-		e := wantError(t, rec, http.StatusConflict, codeNotHolder, `"a"`)
+		e := wantError(t, rec, http.StatusConflict, api.CodeNotHolder, `"a"`)
 		wantJSON(t, rec, http.StatusConflict, fmt.Sprintf(`{"error":"not_holder","message":%q}`, e.Message))
 	}
 	t.Run("never held", func(t *testing.T) {
@@ -173,7 +174,7 @@ func TestRelease(t *testing.T) {
 
 	// Another lease never frees someone else's lock.
 	rec := do(t, s, http.MethodPost, "/v1/locks/release", `{"name":"a","lease_id":"`+leaseB+`"}`)
-	e := wantError(t, rec, http.StatusConflict, codeNotHolder, `"a"`)
+	e := wantError(t, rec, http.StatusConflict, api.CodeNotHolder, `"a"`)
 	wantJSON(t, rec, http.StatusConflict, fmt.Sprintf(`{"error":"not_holder","message":%q}`, e.Message))
 	if _, held := f.machine.Get("a"); !held {
 		t.Fatal("a release by another lease freed the lock")
@@ -187,7 +188,7 @@ func TestRelease(t *testing.T) {
 
 	// Twice is not_holder: the lease no longer holds it.
 	rec = do(t, s, http.MethodPost, "/v1/locks/release", `{"name":"a","lease_id":"`+leaseA+`"}`)
-	wantError(t, rec, http.StatusConflict, codeNotHolder, `"a"`)
+	wantError(t, rec, http.StatusConflict, api.CodeNotHolder, `"a"`)
 }
 
 // A result the state machine calls invalid must not turn into a 200.
@@ -202,7 +203,7 @@ func TestStoreSaysInvalid(t *testing.T) {
 		{"/v1/locks/release", `{"name":"a","lease_id":"` + leaseA + `"}`},
 	} {
 		rec := do(t, newServer(f), http.MethodPost, tc.path, tc.body)
-		wantError(t, rec, http.StatusBadRequest, codeBadRequest, "")
+		wantError(t, rec, http.StatusBadRequest, api.CodeBadRequest, "")
 	}
 }
 
@@ -277,7 +278,7 @@ func TestGetLockBadRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newLeader("n1")
 			rec := do(t, newServer(f), http.MethodGet, tc.target, "")
-			wantError(t, rec, http.StatusBadRequest, codeBadRequest, tc.msg)
+			wantError(t, rec, http.StatusBadRequest, api.CodeBadRequest, tc.msg)
 			if len(f.stales) != 0 {
 				t.Errorf("the store was read for a bad request")
 			}
@@ -365,7 +366,7 @@ func TestBadQueryEscapes(t *testing.T) {
 		t.Run(tc.target, func(t *testing.T) {
 			f := newLeader("n1")
 			rec := do(t, newServer(f), http.MethodGet, tc.target, "")
-			wantError(t, rec, http.StatusBadRequest, codeBadRequest, tc.msg)
+			wantError(t, rec, http.StatusBadRequest, api.CodeBadRequest, tc.msg)
 			if len(f.stales) != 0 {
 				t.Error("a bad query reached the store")
 			}

@@ -16,41 +16,32 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/raftlock/raftlock/api"
 )
 
-// maxBody is the contract's limit on request bodies.
-const maxBody = 64 << 10
-
-// Limits of the contract.
-const (
-	maxName      = 512
-	maxOwner     = 256
-	minTTL       = 500
-	maxTTL       = 3_600_000
-	maxWait      = 300_000
-	maxLockDelay = 60_000
+// Request bodies are the contract's (package api); the validation of each
+// is the server's, on a local type of the same shape.
+type (
+	acquireRequest  api.AcquireRequest
+	renewRequest    api.RenewRequest
+	releaseRequest  api.ReleaseRequest
+	joinRequest     api.JoinRequest
+	leaveRequest    api.LeaveRequest
+	transferRequest api.TransferRequest
 )
-
-type acquireRequest struct {
-	Name        string `json:"name"`
-	Owner       string `json:"owner"`
-	TTLMs       *int64 `json:"ttl_ms"`
-	LeaseID     string `json:"lease_id"`
-	WaitMs      int64  `json:"wait_ms"`
-	LockDelayMs int64  `json:"lock_delay_ms"`
-}
 
 func (r *acquireRequest) validate() error {
 	if err := validName(r.Name); err != nil {
 		return err
 	}
-	if len(r.Owner) > maxOwner || !utf8.ValidString(r.Owner) {
-		return badRequest("owner: must be at most %d bytes of UTF-8", maxOwner)
+	if len(r.Owner) > api.MaxOwner || !utf8.ValidString(r.Owner) {
+		return badRequest("owner: must be at most %d bytes of UTF-8", api.MaxOwner)
 	}
 	if r.TTLMs == nil {
 		return badRequest("ttl_ms: required")
 	}
-	if err := inRange("ttl_ms", *r.TTLMs, minTTL, maxTTL); err != nil {
+	if err := inRange("ttl_ms", *r.TTLMs, api.MinTTLMs, api.MaxTTLMs); err != nil {
 		return err
 	}
 	if r.LeaseID != "" {
@@ -58,16 +49,10 @@ func (r *acquireRequest) validate() error {
 			return err
 		}
 	}
-	if err := inRange("wait_ms", r.WaitMs, 0, maxWait); err != nil {
+	if err := inRange("wait_ms", r.WaitMs, 0, api.MaxWaitMs); err != nil {
 		return err
 	}
-	return inRange("lock_delay_ms", r.LockDelayMs, 0, maxLockDelay)
-}
-
-type renewRequest struct {
-	Name    string `json:"name"`
-	LeaseID string `json:"lease_id"`
-	TTLMs   *int64 `json:"ttl_ms"`
+	return inRange("lock_delay_ms", r.LockDelayMs, 0, api.MaxLockDelayMs)
 }
 
 func (r *renewRequest) validate() error {
@@ -78,14 +63,9 @@ func (r *renewRequest) validate() error {
 		return err
 	}
 	if r.TTLMs != nil {
-		return inRange("ttl_ms", *r.TTLMs, minTTL, maxTTL)
+		return inRange("ttl_ms", *r.TTLMs, api.MinTTLMs, api.MaxTTLMs)
 	}
 	return nil
-}
-
-type releaseRequest struct {
-	Name    string `json:"name"`
-	LeaseID string `json:"lease_id"`
 }
 
 func (r *releaseRequest) validate() error {
@@ -93,12 +73,6 @@ func (r *releaseRequest) validate() error {
 		return err
 	}
 	return validLeaseID(r.LeaseID)
-}
-
-type joinRequest struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr"`
 }
 
 func (r *joinRequest) validate() error {
@@ -111,10 +85,6 @@ func (r *joinRequest) validate() error {
 	return nil
 }
 
-type leaveRequest struct {
-	ID string `json:"id"`
-}
-
 func (r *leaveRequest) validate() error {
 	if r.ID == "" {
 		return badRequest("id: required")
@@ -122,15 +92,11 @@ func (r *leaveRequest) validate() error {
 	return nil
 }
 
-type transferRequest struct {
-	ID string `json:"id"`
-}
-
 func (r *transferRequest) validate() error { return nil }
 
 func validName(name string) error {
-	if len(name) == 0 || len(name) > maxName {
-		return badRequest("name: must be 1 to %d bytes", maxName)
+	if len(name) == 0 || len(name) > api.MaxName {
+		return badRequest("name: must be 1 to %d bytes", api.MaxName)
 	}
 	if !utf8.ValidString(name) {
 		return badRequest("name: must be valid UTF-8")
@@ -144,14 +110,8 @@ func validName(name string) error {
 }
 
 func validLeaseID(id string) error {
-	if len(id) < 16 || len(id) > 128 {
-		return badRequest("lease_id: must be 16 to 128 characters of [A-Za-z0-9_-]")
-	}
-	for _, c := range []byte(id) {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-		if !ok {
-			return badRequest("lease_id: must be 16 to 128 characters of [A-Za-z0-9_-]")
-		}
+	if !api.ValidLeaseID(id) {
+		return badRequest("lease_id: must be %s", api.LeaseIDRule)
 	}
 	return nil
 }
@@ -178,17 +138,17 @@ func jsonContentType(r *http.Request) error {
 	if ct == "" {
 		ct = "none"
 	}
-	return &apiError{http.StatusUnsupportedMediaType, codeUnsupportedMT,
+	return &apiError{http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType,
 		fmt.Sprintf("Content-Type %s: a request body must be application/json (charset, if given, utf-8)", ct)}
 }
 
-// readBody reads at most maxBody bytes; the raw bytes are kept so a follower
+// readBody reads at most api.MaxBody bytes; the raw bytes are kept so a follower
 // can forward them to the leader unchanged.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBody))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return nil, &apiError{http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("request body over %d bytes", maxBody)}
+		return nil, &apiError{http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("request body over %d bytes", api.MaxBody)}
 	}
 	if err != nil {
 		return nil, badRequest("reading body: %v", err)

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // Lease ids that the contract accepts (16 to 128 of [A-Za-z0-9_-]).
@@ -164,7 +166,7 @@ func TestBadRequests(t *testing.T) {
 				f := newLeader("n1")
 				body := strings.ReplaceAll(tc.body, "V", ep.valid)
 				rec := do(t, newServer(f), http.MethodPost, ep.path, body)
-				wantError(t, rec, http.StatusBadRequest, codeBadRequest, tc.msg)
+				wantError(t, rec, http.StatusBadRequest, api.CodeBadRequest, tc.msg)
 				if n := f.writes(); n != 0 {
 					t.Errorf("the store saw %d writes for a bad request", n)
 				}
@@ -209,10 +211,10 @@ func TestRequestLimitsAccepted(t *testing.T) {
 func TestBodyTooLarge(t *testing.T) {
 	// A body of exactly 64 KiB is allowed: a valid object padded with spaces.
 	valid := `{"name":"a","ttl_ms":1000}`
-	exact := valid + strings.Repeat(" ", maxBody-len(valid))
+	exact := valid + strings.Repeat(" ", api.MaxBody-len(valid))
 	rec := do(t, newServer(newLeader("n1")), http.MethodPost, "/v1/locks/acquire", exact)
 	if rec.Code != http.StatusOK {
-		t.Fatalf("a body of exactly %d bytes: status %d, body %s", maxBody, rec.Code, rec.Body)
+		t.Fatalf("a body of exactly %d bytes: status %d, body %s", api.MaxBody, rec.Code, rec.Body)
 	}
 
 	over := exact + " "
@@ -223,7 +225,7 @@ func TestBodyTooLarge(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", path, i), func(t *testing.T) {
 				f := newLeader("n1")
 				rec := do(t, newServer(f), http.MethodPost, path, body)
-				wantError(t, rec, http.StatusRequestEntityTooLarge, codeTooLarge, "65536")
+				wantError(t, rec, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "65536")
 				if n := f.writes(); n != 0 {
 					t.Errorf("the store saw %d writes for an oversized body", n)
 				}
@@ -243,7 +245,7 @@ func TestWritesRequireJSON(t *testing.T) {
 			t.Run(w.path+"/"+ct, func(t *testing.T) {
 				f := newLeader("n1")
 				rec := do(t, newServer(f), http.MethodPost, w.path, w.body, "Content-Type", ct)
-				wantError(t, rec, http.StatusUnsupportedMediaType, codeUnsupportedMT, "application/json")
+				wantError(t, rec, http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType, "application/json")
 				if n := f.writes(); n != 0 {
 					t.Errorf("the store saw %d writes", n)
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/raftnode"
 )
@@ -108,11 +109,11 @@ func New(store Store, opts Options) *Server {
 	r.Handle("/metrics", opts.Metrics).Methods(http.MethodGet)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)
-		writeError(w, &apiError{http.StatusNotFound, codeNotFound, "no such endpoint: " + r.URL.Path})
+		writeError(w, &apiError{http.StatusNotFound, api.CodeNotFound, "no such endpoint: " + r.URL.Path})
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)
-		writeError(w, &apiError{http.StatusMethodNotAllowed, codeBadRequest, r.Method + " is not allowed on " + r.URL.Path})
+		writeError(w, &apiError{http.StatusMethodNotAllowed, api.CodeBadRequest, r.Method + " is not allowed on " + r.URL.Path})
 	})
 	// Around the router, not r.Use: mux runs middleware only on a matched
 	// route, and 404, 405 and redirects must carry the headers too.
@@ -125,16 +126,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // identify stamps every response with this node's id and the leader's.
 func (s *Server) identify(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(headerNode, s.store.ID())
+		w.Header().Set(api.HeaderNode, s.store.ID())
 		if id, _ := s.store.Leader(); id != "" {
-			w.Header().Set(headerLeader, id)
+			w.Header().Set(api.HeaderLeader, id)
 		}
 		next.ServeHTTP(w, r)
 	})
 }
-
-// Response headers of the contract.
-const (
-	headerNode   = "X-Raftlock-Node"
-	headerLeader = "X-Raftlock-Leader"
-)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/raftnode"
 )
@@ -31,7 +32,7 @@ func TestNotFound(t *testing.T) {
 	for _, target := range []string{"/", "/v1", "/v2/locks/a", "/v1/lock/a", "/v1/locks/", "/v1/cluster/nodes", "/metricsx"} {
 		t.Run(target, func(t *testing.T) {
 			rec := do(t, newServer(newLeader("n1")), http.MethodGet, target, "")
-			wantError(t, rec, http.StatusNotFound, codeNotFound, target)
+			wantError(t, rec, http.StatusNotFound, api.CodeNotFound, target)
 		})
 	}
 }
@@ -50,7 +51,7 @@ func TestMethodNotAllowed(t *testing.T) {
 		t.Run(tc.method+tc.target, func(t *testing.T) {
 			f := newLeader("n1")
 			rec := do(t, newServer(f), tc.method, tc.target, `{"name":"a","ttl_ms":1000}`)
-			wantError(t, rec, http.StatusMethodNotAllowed, codeBadRequest, tc.method)
+			wantError(t, rec, http.StatusMethodNotAllowed, api.CodeBadRequest, tc.method)
 			if f.writes() != 0 || len(f.stales) != 0 {
 				t.Error("a request with the wrong method reached the store")
 			}
@@ -75,7 +76,7 @@ func TestIdentityHeaders(t *testing.T) {
 		{"get", http.MethodGet, "/v1/locks/a", "", nil, 200},
 		{"list", http.MethodGet, "/v1/locks", "", nil, 200},
 		{"bad request", http.MethodPost, "/v1/locks/acquire", `{`, nil, 400},
-		{"too large", http.MethodPost, "/v1/locks/acquire", strings.Repeat(" ", maxBody+1), nil, 413},
+		{"too large", http.MethodPost, "/v1/locks/acquire", strings.Repeat(" ", api.MaxBody+1), nil, 413},
 		{"overloaded", http.MethodPost, "/v1/locks/acquire", `{"name":"a","ttl_ms":1000}`, overloaded, 429},
 		{"cluster", http.MethodGet, "/v1/cluster", "", nil, 200},
 		{"healthz", http.MethodGet, "/healthz", "", nil, 200},
@@ -95,11 +96,11 @@ func TestIdentityHeaders(t *testing.T) {
 			if rec.Code != tc.status {
 				t.Fatalf("status %d, want %d; body %s", rec.Code, tc.status, rec.Body)
 			}
-			if got := rec.Header().Get(headerNode); got != "n1" {
-				t.Errorf("%s %q, want n1", headerNode, got)
+			if got := rec.Header().Get(api.HeaderNode); got != "n1" {
+				t.Errorf("%s %q, want n1", api.HeaderNode, got)
 			}
-			if got := rec.Header().Get(headerLeader); got != "n1" {
-				t.Errorf("%s %q, want n1", headerLeader, got)
+			if got := rec.Header().Get(api.HeaderLeader); got != "n1" {
+				t.Errorf("%s %q, want n1", api.HeaderLeader, got)
 			}
 		})
 	}
@@ -107,17 +108,17 @@ func TestIdentityHeaders(t *testing.T) {
 	// On a follower both are set, to different nodes; without a leader,
 	// only the node's own.
 	rec := do(t, newServer(follower("127.0.0.1:1")), http.MethodGet, "/nope", "")
-	if rec.Header().Get(headerNode) != "n2" || rec.Header().Get(headerLeader) != "n1" {
+	if rec.Header().Get(api.HeaderNode) != "n2" || rec.Header().Get(api.HeaderLeader) != "n1" {
 		t.Errorf("follower's 404 headers: %v", rec.Header())
 	}
 	f := failingStore(raftnode.ErrNoLeader, "")
 	f.waitForLeader = noLeaderEver
 	rec = do(t, newServer(f), http.MethodPost, "/v1/locks/acquire", `{"name":"a","ttl_ms":1000}`)
-	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get(headerNode) != "n2" {
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get(api.HeaderNode) != "n2" {
 		t.Errorf("no leader: %d %v", rec.Code, rec.Header())
 	}
-	if _, ok := rec.Header()[headerLeader]; ok {
-		t.Errorf("%s set while no leader is known: %v", headerLeader, rec.Header())
+	if _, ok := rec.Header()[api.HeaderLeader]; ok {
+		t.Errorf("%s set while no leader is known: %v", api.HeaderLeader, rec.Header())
 	}
 }
 
@@ -140,7 +141,7 @@ func TestClusterStatus(t *testing.T) {
 
 	f.status = func() (raftnode.Status, error) { return raftnode.Status{}, raftnode.ErrShutdown }
 	rec := do(t, newServer(f), http.MethodGet, "/v1/cluster", "")
-	wantError(t, rec, http.StatusServiceUnavailable, codeNoLeader, "")
+	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, "")
 	wantRetryAfter(t, rec)
 }
 
@@ -175,7 +176,7 @@ func TestMetrics(t *testing.T) {
 	})
 	s := New(newLeader("n1"), Options{Metrics: metrics})
 	rec := do(t, s, http.MethodGet, "/metrics", "")
-	if rec.Code != http.StatusOK || rec.Body.String() != "raftlock_up 1\n" || rec.Header().Get(headerNode) != "n1" {
+	if rec.Code != http.StatusOK || rec.Body.String() != "raftlock_up 1\n" || rec.Header().Get(api.HeaderNode) != "n1" {
 		t.Errorf("metrics: %d %q %v", rec.Code, rec.Body, rec.Header())
 	}
 }

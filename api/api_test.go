@@ -1,0 +1,86 @@
+package api
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestValidLeaseID(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		want bool
+	}{
+		{strings.Repeat("a", MinLeaseID), true},
+		{strings.Repeat("Z", MaxLeaseID), true},
+		{"abcdefghijklmnop_-09AZ", true},
+		{"", false},
+		{strings.Repeat("a", MinLeaseID-1), false},
+		{strings.Repeat("a", MaxLeaseID+1), false},
+		{"abcdefghijklmnop=", false}, // padded base64
+		{"abcdefghijklmnop+", false}, // standard base64
+		{"abcdefghijklmnopé", false},
+		{"abcdefgh ijklmnop", false},
+	} {
+		if got := ValidLeaseID(tc.id); got != tc.want {
+			t.Errorf("ValidLeaseID(%q) = %v, want %v", tc.id, got, tc.want)
+		}
+	}
+}
+
+func TestNewLeaseID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		id := NewLeaseID()
+		if !ValidLeaseID(id) || len(id) != 22 {
+			t.Fatalf("NewLeaseID() = %q: not 22 characters of a valid lease id", id)
+		}
+		if seen[id] {
+			t.Fatalf("NewLeaseID() repeated %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+// TestWireShapes pins the bodies to docs/API.md: names, order and what is
+// left out. A change here breaks clients.
+func TestWireShapes(t *testing.T) {
+	ttl := int64(10000)
+	for _, tc := range []struct {
+		body any
+		want string
+	}{
+		{AcquireRequest{Name: "a", TTLMs: &ttl, LeaseID: "l"}, `{"name":"a","ttl_ms":10000,"lease_id":"l"}`},
+		{AcquireRequest{Name: "a", Owner: "o", TTLMs: &ttl, LeaseID: "l", WaitMs: 5, LockDelayMs: 6},
+			`{"name":"a","owner":"o","ttl_ms":10000,"lease_id":"l","wait_ms":5,"lock_delay_ms":6}`},
+		{RenewRequest{Name: "a", LeaseID: "l"}, `{"name":"a","lease_id":"l"}`},
+		{RenewRequest{Name: "a", LeaseID: "l", TTLMs: &ttl}, `{"name":"a","lease_id":"l","ttl_ms":10000}`},
+		{ReleaseRequest{Name: "a", LeaseID: "l"}, `{"name":"a","lease_id":"l"}`},
+		{JoinRequest{ID: "n4", RaftAddr: "h:1"}, `{"id":"n4","raft_addr":"h:1","http_addr":""}`},
+		{LeaveRequest{ID: "n4"}, `{"id":"n4"}`},
+		{TransferRequest{}, `{}`},
+		{Lease{"a", "o", "l", 7, 1000}, `{"name":"a","owner":"o","lease_id":"l","fencing_token":7,"ttl_ms":1000}`},
+		{Error{CodeNoLeader, "m"}, `{"error":"no_leader","message":"m"}`},
+		{HeldError{Error: CodeHeld, Message: "m", Holder: Holder{"o", 7}}, `{"error":"held","message":"m","holder":{"owner":"o","fencing_token":7}}`},
+		{HeldError{Error: CodeHeld, Message: "m", Holder: Holder{"o", 7}, RetryAfterMs: 9}, `{"error":"held","message":"m","holder":{"owner":"o","fencing_token":7},"retry_after_ms":9}`},
+		{Released{true}, `{"released":true}`},
+		{Lock{"a", true, "o", 7, 1000}, `{"name":"a","held":true,"owner":"o","fencing_token":7,"ttl_ms":1000}`},
+		{FreeLock{Name: "a"}, `{"name":"a","held":false}`},
+		{LockList{Locks: []Lock{}}, `{"locks":[],"truncated":false}`},
+		{Cluster{Leader: "n1", Term: 2, CommitIndex: 3, AppliedIndex: 4, Nodes: []Node{{"n1", "r", "h", true, true}}},
+			`{"leader":"n1","term":2,"commit_index":3,"applied_index":4,"nodes":[{"id":"n1","raft_addr":"r","http_addr":"h","voter":true,"leader":true}]}`},
+		{Joined{"n4"}, `{"joined":"n4"}`},
+		{Left{"n4"}, `{"left":"n4"}`},
+		{Transferred{"n2"}, `{"leader":"n2"}`},
+		{Health{"ok"}, `{"status":"ok"}`},
+		{Ready{true}, `{"ready":true}`},
+	} {
+		b, err := json.Marshal(tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != tc.want {
+			t.Errorf("%T:\n got %s\nwant %s", tc.body, b, tc.want)
+		}
+	}
+}

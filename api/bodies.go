@@ -1,0 +1,154 @@
+package api
+
+// Request bodies. The server decodes them strictly (httpapi): unknown,
+// duplicate or differently cased fields are 400. omitempty only shapes what
+// a sender writes; a field left out reads as its zero value, except for the
+// pointers, where nil means "not given".
+
+// AcquireRequest is the body of POST /v1/locks/acquire.
+type AcquireRequest struct {
+	Name  string `json:"name"`
+	Owner string `json:"owner,omitempty"`
+	// TTLMs is required: MinTTLMs to MaxTTLMs.
+	TTLMs *int64 `json:"ttl_ms"`
+	// LeaseID, when empty, is made by the leader (NewLeaseID).
+	LeaseID     string `json:"lease_id"`
+	WaitMs      int64  `json:"wait_ms,omitempty"`
+	LockDelayMs int64  `json:"lock_delay_ms,omitempty"`
+}
+
+// RenewRequest is the body of POST /v1/locks/renew.
+type RenewRequest struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+	// TTLMs, when nil, keeps the lease's TTL.
+	TTLMs *int64 `json:"ttl_ms,omitempty"`
+}
+
+// ReleaseRequest is the body of POST /v1/locks/release.
+type ReleaseRequest struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+}
+
+// JoinRequest is the body of POST /v1/cluster/join.
+type JoinRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+// LeaveRequest is the body of POST /v1/cluster/leave.
+type LeaveRequest struct {
+	ID string `json:"id"`
+}
+
+// TransferRequest is the body of POST /v1/cluster/transfer-leadership; an
+// empty ID lets the leader pick.
+type TransferRequest struct {
+	ID string `json:"id,omitempty"`
+}
+
+// Response bodies.
+
+// Lease answers acquire and renew with 200. It is the only body that shows
+// a lease_id, and only to the client that holds the lease.
+type Lease struct {
+	Name         string `json:"name"`
+	Owner        string `json:"owner"`
+	LeaseID      string `json:"lease_id"`
+	FencingToken uint64 `json:"fencing_token"`
+	TTLMs        int64  `json:"ttl_ms"`
+}
+
+// Error is every error answer: {"error": code, "message": text}.
+type Error struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// Holder is the lease that holds a lock, as a held answer shows it.
+type Holder struct {
+	Owner        string `json:"owner"`
+	FencingToken uint64 `json:"fencing_token"`
+}
+
+// HeldError is the 409 held answer to an acquire.
+type HeldError struct {
+	Error   string `json:"error"` // CodeHeld
+	Message string `json:"message"`
+	Holder  Holder `json:"holder"`
+	// RetryAfterMs is set during a lock delay: when the lock may be taken.
+	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
+}
+
+// Released answers a release with 200: {"released": true}.
+type Released struct {
+	Released bool `json:"released"`
+}
+
+// Lock is a held lock as reads show it: never with its lease_id. A read of a
+// free lock answers FreeLock; a client may decode both into Lock.
+type Lock struct {
+	Name         string `json:"name"`
+	Held         bool   `json:"held"`
+	Owner        string `json:"owner"`
+	FencingToken uint64 `json:"fencing_token"`
+	TTLMs        int64  `json:"ttl_ms"`
+}
+
+// FreeLock is the answer of GET /v1/locks/{name} for a lock nobody holds.
+type FreeLock struct {
+	Name string `json:"name"`
+	Held bool   `json:"held"` // false
+}
+
+// LockList answers GET /v1/locks: held locks sorted by name.
+type LockList struct {
+	Locks     []Lock `json:"locks"`
+	Truncated bool   `json:"truncated"` // more locks match than were returned
+}
+
+// Cluster answers GET /v1/cluster: the answering node's view.
+type Cluster struct {
+	Leader       string `json:"leader"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Nodes        []Node `json:"nodes"`
+}
+
+// Node is one member of the cluster in Cluster.
+type Node struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	Voter    bool   `json:"voter"`
+	Leader   bool   `json:"leader"`
+}
+
+// Joined answers a join with 200.
+type Joined struct {
+	Joined string `json:"joined"`
+}
+
+// Left answers a leave with 200.
+type Left struct {
+	Left string `json:"left"`
+}
+
+// Transferred answers a leadership transfer with 200: the new leader's id,
+// "" if the old leader had not heard the winner in time.
+type Transferred struct {
+	Leader string `json:"leader"`
+}
+
+// Health answers GET /healthz: {"status": "ok"}.
+type Health struct {
+	Status string `json:"status"`
+}
+
+// Ready answers GET /readyz, with 200 when true and 503 when false.
+type Ready struct {
+	Ready bool `json:"ready"`
+}
