@@ -161,9 +161,9 @@ func (rep *report) print(r *runner) {
 		rep.regs.FencedAccepted, rep.regs.FencedRejected, rep.regs.FencedRepeats, rep.regs.UnfencedWrites, rep.regs.UnfencedLost)
 	waits, late := 0, 0
 	for _, o := range rep.ops {
-		if o.Kind == history.Acquire && o.Wait > 0 {
+		if o.Kind == history.Acquire && o.WaitMs > 0 {
 			waits++
-			if o.Outcome == history.OK && o.Return-o.Call >= o.Wait*int64(time.Millisecond) {
+			if o.Outcome == history.OK && o.Return-o.Call >= o.WaitMs*int64(time.Millisecond) {
 				late++
 			}
 		}

@@ -374,7 +374,7 @@ func (r *runner) finish(ctx context.Context) {
 		lease := fmt.Sprintf("final-%02d-%012d", i, r.cfg.seed)
 		var got history.Entry
 		for try := 0; try < 5 && got.Outcome != history.OK; try++ {
-			got = cl.Call(history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTL: 60000}, "/v1/locks/acquire",
+			got = cl.Call(history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTLMs: 60000}, "/v1/locks/acquire",
 				map[string]any{"name": name, "owner": "final", "ttl_ms": 60000, "lease_id": lease, "wait_ms": 15000})
 		}
 		if got.Outcome != history.OK {
@@ -382,7 +382,7 @@ func (r *runner) finish(ctx context.Context) {
 			continue
 		}
 		tok := got.Token
-		rn := cl.Call(history.Entry{Op: history.Renew, Name: name, Lease: lease, TTL: 45000}, "/v1/locks/renew",
+		rn := cl.Call(history.Entry{Op: history.Renew, Name: name, Lease: lease, TTLMs: 45000}, "/v1/locks/renew",
 			map[string]any{"name": name, "lease_id": lease, "ttl_ms": 45000})
 		if rn.Outcome != history.OK {
 			r.finalErrs = append(r.finalErrs, model.Violation{Property: "d", Detail: fmt.Sprintf("final renew of %q: %s %s", name, rn.Outcome, rn.Err)})

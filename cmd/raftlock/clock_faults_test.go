@@ -108,7 +108,7 @@ func (c *faultCluster) clock(id, fault string) {
 // acquire sends one journalled acquire to node id.
 func (c *faultCluster) acquire(id string, client int, name, lease string, ttlMs int64) history.Op {
 	c.seq++
-	o := history.Op{ID: fmt.Sprint(c.seq), Client: client, Kind: history.Acquire, Name: name, Lease: lease, TTL: ttlMs, Node: id}
+	o := history.Op{ID: fmt.Sprint(c.seq), Client: client, Kind: history.Acquire, Name: name, Lease: lease, TTLMs: ttlMs, Node: id}
 	o.Call = history.Now()
 	code, b := c.post(c.http[id]+"/v1/locks/acquire", map[string]any{"name": name, "owner": fmt.Sprintf("c%d", client), "ttl_ms": ttlMs, "lease_id": lease})
 	o.Return = history.Now()

@@ -59,11 +59,11 @@ type Entry struct {
 	Op      string `json:"op,omitempty"`
 	Name    string `json:"name,omitempty"`
 	Lease   string `json:"lease,omitempty"`
-	TTL     int64  `json:"ttl,omitempty"`   // ms
-	Wait    int64  `json:"wait,omitempty"`  // acquire: wait_ms asked for
+	TTLMs   int64  `json:"ttl,omitempty"`
+	WaitMs  int64  `json:"wait,omitempty"`  // acquire: wait_ms asked for
 	Token   uint64 `json:"token,omitempty"` // call: register token; ret: granted or read token
 	Based   int64  `json:"based,omitempty"` // register write: version it was based on
-	Time    int64  `json:"t"`
+	Time    int64  `json:"t"`               // CLOCK_MONOTONIC ns (Now)
 	Outcome string `json:"out,omitempty"`
 	Holder  uint64 `json:"holder,omitempty"`  // 409 held: the holder's token
 	Version int64  `json:"version,omitempty"` // register: version read or written
@@ -112,12 +112,12 @@ type Op struct {
 	Kind    string
 	Name    string
 	Lease   string
-	TTL     int64 // ms
-	Wait    int64 // ms: an acquire's wait_ms
+	TTLMs   int64
+	WaitMs  int64 // an acquire's wait_ms
 	Token   uint64
 	Based   int64
-	Call    int64
-	Return  int64 // math.MaxInt64 when no return was journalled
+	Call    int64 // CLOCK_MONOTONIC ns
+	Return  int64 // CLOCK_MONOTONIC ns; math.MaxInt64 when no return was journalled
 	Outcome string
 	Holder  uint64
 	Version int64
@@ -199,7 +199,7 @@ func Pair(entries []Entry) []Op {
 	}
 	ops := make([]Op, 0, len(calls))
 	for id, c := range calls {
-		o := Op{ID: id, Client: c.Client, Kind: c.Op, Name: c.Name, Lease: c.Lease, TTL: c.TTL, Wait: c.Wait,
+		o := Op{ID: id, Client: c.Client, Kind: c.Op, Name: c.Name, Lease: c.Lease, TTLMs: c.TTLMs, WaitMs: c.WaitMs,
 			Token: c.Token, Based: c.Based, Call: c.Time, Return: math.MaxInt64, Outcome: Unknown, Node: c.Node}
 		if r, ok := rets[id]; ok {
 			o.Return, o.Outcome, o.Holder, o.Version, o.Err = r.Time, r.Outcome, r.Holder, r.Version, r.Err

@@ -25,8 +25,8 @@ func ClientClocks(ops []history.Op, rates map[int]float64, cut float64) []histor
 		if r <= 0 {
 			r = 1
 		}
-		if o.TTL > 0 {
-			o.TTL = int64(math.Floor(float64(o.TTL) * (1 - cut) / r))
+		if o.TTLMs > 0 {
+			o.TTLMs = int64(math.Floor(float64(o.TTLMs) * (1 - cut) / r))
 		}
 		out[i] = o
 	}

@@ -13,8 +13,8 @@ import (
 func TestClientClocksStretchTrust(t *testing.T) {
 	ms := int64(time.Millisecond)
 	ops := []history.Op{
-		{ID: "1", Client: 1, Kind: history.Acquire, Name: "x", Lease: "a", TTL: 3000, Call: 0, Return: 5 * ms, Outcome: history.OK},
-		{ID: "2", Client: 2, Kind: history.Acquire, Name: "x", Lease: "b", TTL: 3000, Call: 2900 * ms, Return: 2980 * ms, Outcome: history.OK},
+		{ID: "1", Client: 1, Kind: history.Acquire, Name: "x", Lease: "a", TTLMs: 3000, Call: 0, Return: 5 * ms, Outcome: history.OK},
+		{ID: "2", Client: 2, Kind: history.Acquire, Name: "x", Lease: "b", TTLMs: 3000, Call: 2900 * ms, Return: 2980 * ms, Outcome: history.OK},
 	}
 	if vs := MutualExclusion(ClientClocks(ops, nil, 0), 0.01); len(vs) != 0 {
 		t.Fatalf("rate 1: %v", vs)
@@ -23,7 +23,7 @@ func TestClientClocksStretchTrust(t *testing.T) {
 		t.Fatal("rate 0.99: the overlap was not seen")
 	}
 	got := ClientClocks(ops, map[int]float64{1: 1.01}, 0.01)
-	if got[0].TTL != 2940 || got[1].TTL != 2970 || ops[0].TTL != 3000 {
-		t.Fatalf("cut 0.01: TTLs %d, %d (input %d)", got[0].TTL, got[1].TTL, ops[0].TTL)
+	if got[0].TTLMs != 2940 || got[1].TTLMs != 2970 || ops[0].TTLMs != 3000 {
+		t.Fatalf("cut 0.01: TTLs %d, %d (input %d)", got[0].TTLMs, got[1].TTLMs, ops[0].TTLMs)
 	}
 }

@@ -328,7 +328,7 @@ func Operations(ops []history.Op) []porcupine.Operation {
 		}
 		out = append(out, porcupine.Operation{
 			ClientId: o.Client,
-			Input:    input{Kind: o.Kind, Lease: o.Lease, TTLNs: o.TTL * int64(time.Millisecond), Call: o.Call - t0, Ret: ret},
+			Input:    input{Kind: o.Kind, Lease: o.Lease, TTLNs: o.TTLMs * int64(time.Millisecond), Call: o.Call - t0, Ret: ret},
 			Call:     o.Call - t0,
 			Output:   output{Outcome: o.Outcome, Token: tok},
 			Return:   ret,

@@ -13,7 +13,7 @@ const ms = int64(time.Millisecond)
 
 // op builds a hand-made operation; times are in milliseconds.
 func op(id string, client int, kind, lease string, ttl int64, call, ret int64, out string, tok uint64) history.Op {
-	o := history.Op{ID: id, Client: client, Kind: kind, Name: "L", Lease: lease, TTL: ttl, Call: call * ms, Return: ret * ms, Outcome: out, Token: tok}
+	o := history.Op{ID: id, Client: client, Kind: kind, Name: "L", Lease: lease, TTLMs: ttl, Call: call * ms, Return: ret * ms, Outcome: out, Token: tok}
 	if out == history.Held {
 		o.Token, o.Holder = 0, tok
 	}

@@ -22,7 +22,7 @@ func (v Violation) String() string { return fmt.Sprintf("(%s) %s", v.Property, v
 type Interval struct {
 	Name, Lease string
 	Client      int
-	Start, End  int64
+	Start, End  int64  // CLOCK_MONOTONIC ns
 	From        string // op id that started it
 }
 
@@ -41,29 +41,29 @@ func Validity(ops []history.Op, drift float64) []Interval {
 		}
 	}
 	var out []Interval
-	for lease, los := range byLease {
-		sort.Slice(los, func(i, j int) bool { return los[i].Call < los[j].Call })
-		var cur *Interval
+	for lease, leaseOps := range byLease {
+		sort.Slice(leaseOps, func(i, j int) bool { return leaseOps[i].Call < leaseOps[j].Call })
+		var open *Interval // the interval still open: the lease's next ops may extend it
 		flush := func() {
-			if cur != nil && cur.End > cur.Start {
-				out = append(out, *cur)
+			if open != nil && open.End > open.Start {
+				out = append(out, *open)
 			}
-			cur = nil
+			open = nil
 		}
-		for _, o := range los {
-			trust := o.Call + int64(float64(o.TTL)*float64(time.Millisecond)*(1-drift))
+		for _, o := range leaseOps {
+			trustedUntil := o.Call + int64(float64(o.TTLMs)*float64(time.Millisecond)*(1-drift))
 			switch {
 			case o.Kind == history.Release:
-				if cur != nil {
-					cur.End = min(cur.End, o.Call)
+				if open != nil {
+					open.End = min(open.End, o.Call)
 				}
 				flush()
 			case o.Outcome != history.OK:
-			case cur != nil && o.Call < cur.End:
-				cur.End = max(cur.End, trust)
+			case open != nil && o.Call < open.End:
+				open.End = max(open.End, trustedUntil)
 			default:
 				flush()
-				cur = &Interval{Name: o.Name, Lease: lease, Client: o.Client, Start: o.Return, End: trust, From: o.ID}
+				open = &Interval{Name: o.Name, Lease: lease, Client: o.Client, Start: o.Return, End: trustedUntil, From: o.ID}
 			}
 		}
 		flush()
@@ -124,15 +124,15 @@ func Tokens(ops []history.Op) []Violation {
 		if o.Outcome != history.OK || (o.Kind != history.Acquire && o.Kind != history.Renew) {
 			continue
 		}
-		if p, ok := lastOK[o.Lease]; ok && o.Call < p.Call+p.TTL*int64(time.Millisecond) && o.Token != p.Token {
+		if prev, ok := lastOK[o.Lease]; ok && o.Call < prev.Call+prev.TTLMs*int64(time.Millisecond) && o.Token != prev.Token {
 			released := false
-			for _, r := range ops {
-				if r.Kind == history.Release && r.Lease == o.Lease && r.Call > p.Call && r.Call < o.Return {
+			for _, rel := range ops {
+				if rel.Kind == history.Release && rel.Lease == o.Lease && rel.Call > prev.Call && rel.Call < o.Return {
 					released = true
 				}
 			}
 			if !released {
-				vs = append(vs, Violation{"b", fmt.Sprintf("lease %s on %q changed token %d -> %d while still held (%s then %s)", o.Lease, o.Name, p.Token, o.Token, p.ID, o.ID)})
+				vs = append(vs, Violation{"b", fmt.Sprintf("lease %s on %q changed token %d -> %d while still held (%s then %s)", o.Lease, o.Name, prev.Token, o.Token, prev.ID, o.ID)})
 			}
 		}
 		lastOK[o.Lease] = o
@@ -155,13 +155,13 @@ func Tokens(ops []history.Op) []Violation {
 		sort.Slice(byAck, func(i, j int) bool { return byAck[i].firstAck < byAck[j].firstAck })
 		sort.Slice(gs, func(i, j int) bool { return gs[i].firstCall < gs[j].firstCall })
 		var best *grant // highest token among grants acknowledged so far
-		k := 0
+		nextAck := 0    // byAck[:nextAck] were acknowledged before g was first sent
 		for _, g := range gs {
-			for k < len(byAck) && byAck[k].firstAck < g.firstCall {
-				if best == nil || byAck[k].token > best.token {
-					best = byAck[k]
+			for nextAck < len(byAck) && byAck[nextAck].firstAck < g.firstCall {
+				if best == nil || byAck[nextAck].token > best.token {
+					best = byAck[nextAck]
 				}
-				k++
+				nextAck++
 			}
 			if best != nil && best.token >= g.token && best != g {
 				vs = append(vs, Violation{"b", fmt.Sprintf("lock %q: token %d (%s, lease %s) was granted after token %d (%s, lease %s) was acknowledged", name, g.token, g.op, g.lease, best.token, best.op, best.lease)})
@@ -201,7 +201,7 @@ func RegisterSafety(log []history.Access, ops []history.Op) RegisterReport {
 	maxTok := map[string]uint64{}
 	// The shipped guard accepts each token once per resource: reads and
 	// writes each strictly increase (a grant reads once, then writes once).
-	last := map[[2]any]uint64{}
+	lastAccepted := map[[2]any]uint64{} // by {name, write}
 	accepted := map[string]history.Access{}
 	lost := map[string]bool{}
 	for _, a := range log {
@@ -229,11 +229,11 @@ func RegisterSafety(log []history.Access, ops []history.Op) RegisterReport {
 			r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("fenced register %q accepted token %d (%s) after token %d", a.Name, a.Token, a.OpID, maxTok[a.Name])})
 		}
 		maxTok[a.Name] = max(maxTok[a.Name], a.Token)
-		k := [2]any{a.Name, a.Write}
-		if prev, ok := last[k]; ok && a.Token <= prev {
+		key := [2]any{a.Name, a.Write}
+		if prev, ok := lastAccepted[key]; ok && a.Token <= prev {
 			r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("fenced register %q accepted token %d (%s, write=%v) though it had accepted token %d: the guard accepts a token once", a.Name, a.Token, a.OpID, a.Write, prev)})
 		}
-		last[k] = a.Token
+		lastAccepted[key] = a.Token
 		for _, l := range a.Lost {
 			lost[l] = true
 			r.Violations = append(r.Violations, Violation{"c", fmt.Sprintf("fenced register %q lost write %s: overwritten by %s (token %d) which had not read it", a.Name, l, a.OpID, a.Token)})

@@ -128,7 +128,7 @@ func (c *Client) cycle(ctx context.Context) {
 		if wait > 0 {
 			body["wait_ms"] = wait
 		}
-		e := c.call(history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTL: ttl, Wait: wait}, "/v1/locks/acquire", body)
+		e := c.call(history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTLMs: ttl, WaitMs: wait}, "/v1/locks/acquire", body)
 		wait = 0
 		if e.Outcome == history.OK {
 			tok, via = e.Token, e.Node
@@ -157,7 +157,7 @@ func (c *Client) cycle(ctx context.Context) {
 	if boundary {
 		// An idempotent retry of the same acquire on another node: while
 		// the lease holds it must answer the same token.
-		c.callOn(c.otherNode(via), history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTL: ttl}, "/v1/locks/acquire",
+		c.callOn(c.otherNode(via), history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTLMs: ttl}, "/v1/locks/acquire",
 			map[string]any{"name": name, "owner": c.owner(), "ttl_ms": ttl, "lease_id": lease})
 	}
 	fv, fok := c.reg(history.FRead, register.Request{Fenced: true, Name: name, Token: tok})
@@ -182,7 +182,7 @@ func (c *Client) cycle(ctx context.Context) {
 			if time.Now().After(end) {
 				break
 			}
-			e := c.call(history.Entry{Op: history.Renew, Name: name, Lease: lease, TTL: ttl}, "/v1/locks/renew",
+			e := c.call(history.Entry{Op: history.Renew, Name: name, Lease: lease, TTLMs: ttl}, "/v1/locks/renew",
 				map[string]any{"name": name, "lease_id": lease})
 			if e.Outcome != history.OK {
 				break
