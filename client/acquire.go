@@ -2,13 +2,12 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"time"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // Defaults and bounds of AcquireOptions.
@@ -37,46 +36,12 @@ type AcquireOptions struct {
 	LeaseID string
 }
 
-var leaseIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
-
 // NewLeaseID returns a random lease id: 128 bits, 22 characters of
 // [A-Za-z0-9_-].
-func NewLeaseID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
+func NewLeaseID() string { return api.NewLeaseID() }
 
-type acquireRequest struct {
-	Name        string `json:"name"`
-	Owner       string `json:"owner,omitempty"`
-	TTLMs       int64  `json:"ttl_ms"`
-	LeaseID     string `json:"lease_id"`
-	WaitMs      int64  `json:"wait_ms,omitempty"`
-	LockDelayMs int64  `json:"lock_delay_ms,omitempty"`
-}
-
-type renewRequest struct {
-	Name    string `json:"name"`
-	LeaseID string `json:"lease_id"`
-	TTLMs   int64  `json:"ttl_ms,omitempty"`
-}
-
-type releaseRequest struct {
-	Name    string `json:"name"`
-	LeaseID string `json:"lease_id"`
-}
-
-// leaseResponse is the answer to acquire and renew.
-type leaseResponse struct {
-	Name         string `json:"name"`
-	Owner        string `json:"owner"`
-	LeaseID      string `json:"lease_id"`
-	FencingToken uint64 `json:"fencing_token"`
-	TTLMs        int64  `json:"ttl_ms"`
-}
-
-func (r *leaseResponse) info() *LockInfo {
+// leaseInfo is the answer to acquire and renew as a LockInfo.
+func leaseInfo(r *api.Lease) *LockInfo {
 	return &LockInfo{Name: r.Name, Held: true, Owner: r.Owner, Token: r.FencingToken, TTL: time.Duration(r.TTLMs) * time.Millisecond}
 }
 
@@ -115,8 +80,8 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		return nil, errors.New("raftlock: negative TTL or lock delay")
 	case id == "":
 		id = NewLeaseID()
-	case !leaseIDPattern.MatchString(id):
-		return nil, errors.New("raftlock: lease id must be 16 to 128 characters of [A-Za-z0-9_-]")
+	case !api.ValidLeaseID(id):
+		return nil, errors.New("raftlock: lease id must be " + api.LeaseIDRule)
 	}
 	for rounds := 0; ; rounds++ {
 		var w time.Duration
@@ -124,11 +89,12 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 			w = waitRound(ctx, round)
 		}
 		start := time.Now()
-		req := acquireRequest{
-			Name: name, Owner: opts.Owner, TTLMs: ttl.Milliseconds(), LeaseID: id,
+		ttlMs := ttl.Milliseconds()
+		req := api.AcquireRequest{
+			Name: name, Owner: opts.Owner, TTLMs: &ttlMs, LeaseID: id,
 			WaitMs: w.Milliseconds(), LockDelayMs: opts.LockDelay.Milliseconds(),
 		}
-		var resp leaseResponse
+		var resp api.Lease
 		// The lease id makes a resent acquire idempotent: if an earlier
 		// attempt was granted, the retry answers 200 with the same token.
 		oc, err := c.do(ctx, request{
@@ -225,16 +191,19 @@ func (c *Client) abandon(ctx context.Context, name, id string) {
 
 // renew sends one logical renew (retried across nodes until ctx ends).
 func (c *Client) renew(ctx context.Context, name, id string, ttl time.Duration) (*LockInfo, outcome, error) {
-	var resp leaseResponse
+	var resp api.Lease
+	body := api.RenewRequest{Name: name, LeaseID: id}
+	if ms := ttl.Milliseconds(); ms != 0 {
+		body.TTLMs = &ms // left out: the lease keeps its TTL
+	}
 	oc, err := c.do(ctx, request{
-		method: http.MethodPost, path: "/v1/locks/renew",
-		body:   renewRequest{Name: name, LeaseID: id, TTLMs: ttl.Milliseconds()},
+		method: http.MethodPost, path: "/v1/locks/renew", body: body,
 		leader: true, idempotent: true, lock: name,
 	}, &resp)
 	if err != nil {
 		return nil, oc, err
 	}
-	return resp.info(), oc, nil
+	return leaseInfo(&resp), oc, nil
 }
 
 // Renew renews the lease with id leaseID on lock name, by hand (a Lease
@@ -251,7 +220,7 @@ func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 func (c *Client) Release(ctx context.Context, name, leaseID string) error {
 	oc, err := c.do(ctx, request{
 		method: http.MethodPost, path: "/v1/locks/release",
-		body:   releaseRequest{Name: name, LeaseID: leaseID},
+		body:   api.ReleaseRequest{Name: name, LeaseID: leaseID},
 		leader: true, idempotent: true, lock: name,
 	}, nil)
 	if err != nil && oc.ambiguous && errors.Is(err, ErrNotHolder) {

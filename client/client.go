@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // Defaults of the options.
@@ -241,10 +243,10 @@ func (c *Client) penalize(u string, d time.Duration, forgetLeader bool) {
 func (c *Client) observe(u string, h http.Header, status int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if node := h.Get("X-Raftlock-Node"); node != "" {
+	if node := h.Get(api.HeaderNode); node != "" {
 		c.addrs[node] = u
 	}
-	if l := h.Get("X-Raftlock-Leader"); l != "" {
+	if l := h.Get(api.HeaderLeader); l != "" {
 		c.leader = l
 	} else if status == http.StatusServiceUnavailable {
 		c.leader = ""

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // startFake starts a fake cluster of n nodes, closed at the end of the test.
@@ -494,7 +496,7 @@ func TestNewLeaseID(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 100; i++ {
 		id := NewLeaseID()
-		if len(id) < 22 || !leaseIDPattern.MatchString(id) || seen[id] {
+		if len(id) < 22 || !api.ValidLeaseID(id) || seen[id] {
 			t.Fatalf("bad or repeated lease id %q", id)
 		}
 		seen[id] = true

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // Sentinel errors. Errors returned by the client match them with errors.Is;
@@ -44,20 +46,38 @@ var (
 	ErrDetached = errors.New("raftlock: lease detached")
 )
 
-// API error codes, as defined in the HTTP contract.
+// API error codes, as defined in the HTTP contract (package api,
+// docs/API.md).
 const (
-	CodeHeld       = "held"
-	CodeNotHolder  = "not_holder"
-	CodeNoLeader   = "no_leader"
-	CodeOverloaded = "overloaded"
+	CodeHeld       = api.CodeHeld
+	CodeNotHolder  = api.CodeNotHolder
+	CodeNoLeader   = api.CodeNoLeader
+	CodeOverloaded = api.CodeOverloaded
 	// CodeUnknownOutcome (HTTP 504): the node cannot know whether the
 	// write was applied; it may still be. Retry with the same lease id.
-	CodeUnknownOutcome = "unknown_outcome"
-	CodeBadRequest     = "bad_request"
-	CodeTooLarge       = "too_large"
+	CodeUnknownOutcome = api.CodeUnknownOutcome
+	CodeBadRequest     = api.CodeBadRequest
+	CodeTooLarge       = api.CodeTooLarge
 
-	CodeUnauthorized = "unauthorized"
-	CodeForbidden    = "forbidden"
+	CodeUnauthorized = api.CodeUnauthorized
+	CodeForbidden    = api.CodeForbidden
+
+	// CodeNotFound (HTTP 404): no such endpoint, or a leave of a node that
+	// is not a member.
+	CodeNotFound = api.CodeNotFound
+	// CodeUnsupportedMediaType (HTTP 415): the body was not declared
+	// application/json.
+	CodeUnsupportedMediaType = api.CodeUnsupportedMediaType
+	// CodeUnsafeChange (HTTP 409): a join or leave the leader refused
+	// because too few healthy voters would be left.
+	CodeUnsafeChange = api.CodeUnsafeChange
+	// CodeStorage (HTTP 500): the leader's disk refused the entry; whether
+	// it was applied is unknown, so resend with the same lease id.
+	CodeStorage = api.CodeStorage
+	// CodeDiverged (HTTP 503): the answering node's state differs from the
+	// leader's; nothing was applied.
+	CodeDiverged = api.CodeDiverged
+	CodeInternal = api.CodeInternal
 )
 
 // APIError is an error answer of the API: {"error": Code, "message": Message}

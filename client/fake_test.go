@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // fakeCluster is an in-process stand-in for a raftlock cluster: n HTTP
@@ -334,7 +336,7 @@ func (fc *fakeCluster) acquire(w http.ResponseWriter, r *http.Request) {
 	case q.WaitMs < 0 || q.WaitMs > 300000:
 		writeErr(w, 400, "bad_request", "wait_ms: out of range")
 		return
-	case q.LeaseID != "" && !leaseIDPattern.MatchString(q.LeaseID):
+	case q.LeaseID != "" && !api.ValidLeaseID(q.LeaseID):
 		writeErr(w, 400, "bad_request", "lease_id: invalid")
 		return
 	}

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // LockInfo is the public state of a lock, as Get and List show it. The lease
@@ -19,15 +21,9 @@ type LockInfo struct {
 	TTL   time.Duration
 }
 
-type lockJSON struct {
-	Name         string `json:"name"`
-	Held         bool   `json:"held"`
-	Owner        string `json:"owner"`
-	FencingToken uint64 `json:"fencing_token"`
-	TTLMs        int64  `json:"ttl_ms"`
-}
-
-func (j *lockJSON) info() LockInfo {
+// lockInfo is a lock of a read's answer (api.Lock, or api.FreeLock decoded
+// into it) as a LockInfo.
+func lockInfo(j *api.Lock) LockInfo {
 	return LockInfo{Name: j.Name, Held: j.Held, Owner: j.Owner, Token: j.FencingToken, TTL: time.Duration(j.TTLMs) * time.Millisecond}
 }
 
@@ -63,11 +59,11 @@ func (c *Client) Get(ctx context.Context, name string, stale bool) (*LockInfo, e
 	if stale {
 		r.query = "stale=true"
 	}
-	var j lockJSON
+	var j api.Lock
 	if _, err := c.do(ctx, r, &j); err != nil {
 		return nil, err
 	}
-	info := j.info()
+	info := lockInfo(&j)
 	return &info, nil
 }
 
@@ -81,17 +77,14 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) (*LockList,
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var j struct {
-		Locks     []lockJSON `json:"locks"`
-		Truncated bool       `json:"truncated"`
-	}
+	var j api.LockList
 	r := request{method: http.MethodGet, path: "/v1/locks", query: q.Encode(), leader: true, idempotent: true}
 	if _, err := c.do(ctx, r, &j); err != nil {
 		return nil, err
 	}
 	l := &LockList{Truncated: j.Truncated, Locks: make([]LockInfo, 0, len(j.Locks))}
 	for i := range j.Locks {
-		l.Locks = append(l.Locks, j.Locks[i].info())
+		l.Locks = append(l.Locks, lockInfo(&j.Locks[i]))
 	}
 	return l, nil
 }
@@ -110,20 +103,14 @@ func (c *Client) Cluster(ctx context.Context) (*ClusterStatus, error) {
 
 // Join adds a node to the cluster as a voter.
 func (c *Client) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
-	body := struct {
-		ID       string `json:"id"`
-		RaftAddr string `json:"raft_addr"`
-		HTTPAddr string `json:"http_addr"`
-	}{id, raftAddr, httpAddr}
+	body := api.JoinRequest{ID: id, RaftAddr: raftAddr, HTTPAddr: httpAddr}
 	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/join", body: body, leader: true, idempotent: true}, nil)
 	return err
 }
 
 // Leave removes a node from the cluster.
 func (c *Client) Leave(ctx context.Context, id string) error {
-	body := struct {
-		ID string `json:"id"`
-	}{id}
+	body := api.LeaveRequest{ID: id}
 	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/leave", body: body, leader: true, idempotent: true}, nil)
 	return err
 }
@@ -133,12 +120,8 @@ func (c *Client) Leave(ctx context.Context, id string) error {
 // node's id ("" if the old leader had not yet heard who won). It is not
 // resent after an ambiguous failure, since that could move leadership twice.
 func (c *Client) TransferLeadership(ctx context.Context, id string) (string, error) {
-	body := struct {
-		ID string `json:"id,omitempty"`
-	}{id}
-	var out struct {
-		Leader string `json:"leader"`
-	}
+	body := api.TransferRequest{ID: id}
+	var out api.Transferred
 	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/transfer-leadership", body: body, leader: true}, &out)
 	return out.Leader, err
 }

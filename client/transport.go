@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 const maxResponseBody = 4 << 20
@@ -255,7 +257,7 @@ func badCertificate(err error) bool {
 
 // retryAfter parses a Retry-After header: seconds or an HTTP date.
 func retryAfter(h http.Header, now time.Time) time.Duration {
-	v := strings.TrimSpace(h.Get("Retry-After"))
+	v := strings.TrimSpace(h.Get(api.HeaderRetryAfter))
 	if v == "" {
 		return 0
 	}
@@ -271,22 +273,13 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 	return 0
 }
 
-type errorBody struct {
-	Error   string `json:"error"`
-	Message string `json:"message"`
-	Holder  *struct {
-		Owner        string `json:"owner"`
-		FencingToken uint64 `json:"fencing_token"`
-	} `json:"holder"`
-}
-
 func (c *Client) parseError(resp *response, lock string) error {
 	e := APIError{
 		Status:     resp.status,
 		RetryAfter: retryAfter(resp.header, c.clock.Now()),
-		Node:       resp.header.Get("X-Raftlock-Node"),
+		Node:       resp.header.Get(api.HeaderNode),
 	}
-	var eb errorBody
+	var eb api.HeldError // an error body, with the holder of a held answer
 	if err := json.Unmarshal(resp.body, &eb); err == nil && eb.Error != "" {
 		e.Code, e.Message = eb.Error, eb.Message
 	} else {
@@ -298,9 +291,7 @@ func (c *Client) parseError(resp *response, lock string) error {
 	}
 	if e.Code == CodeHeld {
 		he := &HeldError{APIError: e, Name: lock}
-		if eb.Holder != nil {
-			he.Owner, he.Token = eb.Holder.Owner, eb.Holder.FencingToken
-		}
+		he.Owner, he.Token = eb.Holder.Owner, eb.Holder.FencingToken
 		return he
 	}
 	return &e
