@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/client"
 )
 
@@ -31,10 +32,10 @@ type benchTarget interface {
 // Error kinds bench counts. Slips are counted apart: they are not errors of
 // the cluster's availability but of its safety.
 const (
-	kindHeld        = "held" // contended runs: someone else holds the lock
-	kindNotHolder   = "not_holder"
-	kindOverloaded  = "overloaded"
-	kindNoLeader    = "no_leader"
+	kindHeld        = api.CodeHeld // contended runs: someone else holds the lock
+	kindNotHolder   = api.CodeNotHolder
+	kindOverloaded  = api.CodeOverloaded
+	kindNoLeader    = api.CodeNoLeader
 	kindTimeout     = "timeout"
 	kindConn        = "connection"
 	kindOther       = "other"
@@ -216,17 +217,14 @@ func (t *httpTarget) post(ctx context.Context, path string, body []byte, name st
 	if err != nil {
 		return 0, err
 	}
-	if l := resp.Header.Get("X-Raftlock-Leader"); l != resp.Header.Get("X-Raftlock-Node") {
+	if l := resp.Header.Get(api.HeaderLeader); l != resp.Header.Get(api.HeaderNode) {
 		t.rediscover(l)
 	}
-	var out struct {
-		Token   uint64 `json:"fencing_token"`
-		Code    string `json:"error"`
-		Message string `json:"message"`
-		Holder  *struct {
-			Owner string `json:"owner"`
-			Token uint64 `json:"fencing_token"`
-		} `json:"holder"`
+	var out struct { // a 200 lease, or an error (with the holder when held)
+		Token   uint64      `json:"fencing_token"`
+		Code    string      `json:"error"`
+		Message string      `json:"message"`
+		Holder  *api.Holder `json:"holder"`
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
 		return 0, fmt.Errorf("%s: status %d, undecodable answer: %w", path, resp.StatusCode, err)
@@ -236,7 +234,7 @@ func (t *httpTarget) post(ctx context.Context, path string, body []byte, name st
 	}
 	apiErr := client.APIError{Status: resp.StatusCode, Code: out.Code, Message: out.Message}
 	if out.Code == client.CodeHeld && out.Holder != nil {
-		return 0, &client.HeldError{APIError: apiErr, Name: name, Owner: out.Holder.Owner, Token: out.Holder.Token}
+		return 0, &client.HeldError{APIError: apiErr, Name: name, Owner: out.Holder.Owner, Token: out.Holder.FencingToken}
 	}
 	return 0, &apiErr
 }

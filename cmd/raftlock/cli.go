@@ -10,10 +10,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/client"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 )
@@ -302,13 +302,11 @@ func classify(err error) (code int, kind, msg string) {
 	return exitError, "error", detail
 }
 
-// leaseIDPattern is the API's rule for lease ids; checked here so that a bad
-// one is a usage error before anything is sent.
-var leaseIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{16,128}$`)
-
+// checkLeaseID applies the API's rule for lease ids here, so that a bad one
+// is a usage error before anything is sent.
 func checkLeaseID(id string) error {
-	if id != "" && !leaseIDPattern.MatchString(id) {
-		return errors.New("--lease-id: must be 16 to 128 characters of [A-Za-z0-9_-]")
+	if id != "" && !api.ValidLeaseID(id) {
+		return errors.New("--lease-id: must be " + api.LeaseIDRule)
 	}
 	return nil
 }

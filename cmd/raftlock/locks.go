@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/client"
 )
 
@@ -115,13 +116,8 @@ func (a *acquireFlags) acquire(parent context.Context, cl *client.Client, cn *co
 	return lease, err
 }
 
-type leaseOut struct {
-	Name         string `json:"name"`
-	Owner        string `json:"owner"`
-	LeaseID      string `json:"lease_id"`
-	FencingToken uint64 `json:"fencing_token"`
-	TTLMs        int64  `json:"ttl_ms"`
-}
+// leaseOut is what acquire prints with --json: the API's acquire answer.
+type leaseOut = api.Lease
 
 func acquireCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c := newCLI("acquire", acquireHelp, stdout, stderr)

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/client"
 )
 
@@ -34,32 +35,22 @@ Examples:
   raftlock list --limit 10 --json
 `
 
-// lockOut is the API's shape of a lock: {"name", "held": false}, or with
-// owner, fencing_token and ttl_ms when held.
-type lockOut struct {
-	Name string `json:"name"`
-	Held bool   `json:"held"`
-	*holderOut
-}
-
-type holderOut struct {
-	Owner        string `json:"owner"`
-	FencingToken uint64 `json:"fencing_token"`
-	TTLMs        int64  `json:"ttl_ms"`
-}
-
-func toLockOut(info *client.LockInfo) lockOut {
-	o := lockOut{Name: info.Name, Held: info.Held}
-	if info.Held {
-		o.holderOut = &holderOut{Owner: info.Owner, FencingToken: info.Token, TTLMs: ms(info.TTL)}
+// lockOut is a lock as the API shows it: api.FreeLock, or api.Lock when held.
+func lockOut(info *client.LockInfo) any {
+	if !info.Held {
+		return api.FreeLock{Name: info.Name}
 	}
-	return o
+	return heldOut(info)
+}
+
+func heldOut(info *client.LockInfo) api.Lock {
+	return api.Lock{Name: info.Name, Held: true, Owner: info.Owner, FencingToken: info.Token, TTLMs: ms(info.TTL)}
 }
 
 // printLock prints one lock: JSON, or one line of text.
 func printLock(c *cli, info *client.LockInfo) {
 	if c.conn.json {
-		c.printJSON(toLockOut(info))
+		c.printJSON(lockOut(info))
 		return
 	}
 	if !info.Held {
@@ -111,12 +102,9 @@ func listCmd(args []string, stdout, stderr io.Writer, environ env) int {
 			return c.fail(err)
 		}
 		if c.conn.json {
-			out := struct {
-				Locks     []lockOut `json:"locks"`
-				Truncated bool      `json:"truncated"`
-			}{Locks: []lockOut{}, Truncated: list.Truncated}
+			out := api.LockList{Locks: []api.Lock{}, Truncated: list.Truncated}
 			for i := range list.Locks {
-				out.Locks = append(out.Locks, toLockOut(&list.Locks[i]))
+				out.Locks = append(out.Locks, heldOut(&list.Locks[i])) // List returns held locks only
 			}
 			c.printJSON(out)
 			return exitOK
