@@ -2,7 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -18,8 +22,10 @@ type nodeView struct {
 }
 
 type clusterView struct {
+	ID           string     `json:"id"` // the answering node
 	Leader       string     `json:"leader"`
 	Term         uint64     `json:"term"`
+	LastIndex    uint64     `json:"last_index"`
 	CommitIndex  uint64     `json:"commit_index"`
 	AppliedIndex uint64     `json:"applied_index"`
 	Nodes        []nodeView `json:"nodes"`
@@ -32,20 +38,63 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	v := clusterView{Leader: st.Leader, Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Nodes: []nodeView{}}
+	v := clusterView{ID: st.ID, Leader: st.Leader, Term: st.Term, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Nodes: []nodeView{}}
 	for _, n := range st.Nodes {
 		v.Nodes = append(v.Nodes, nodeView{n.ID, n.RaftAddr, n.HTTPAddr, n.Voter, n.Leader})
 	}
 	writeJSON(w, http.StatusOK, v)
 }
 
+// ProgressFetcher returns the function the leader asks members for their own
+// progress with (raftnode.Config.FetchProgress): GET /v1/cluster on the
+// member's API, over https with tlsCfg when set, with token when set, as
+// the forwarder calls the leader. Connections are not kept: members are
+// asked once per round, and a pool must not outlive a closed node.
+func ProgressFetcher(tlsCfg *tls.Config, token string) raftnode.ProgressFetcher {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableKeepAlives = true
+	scheme := "http://"
+	if tlsCfg != nil {
+		t.TLSClientConfig, scheme = tlsCfg.Clone(), "https://"
+	}
+	hc := &http.Client{Transport: t}
+	return func(ctx context.Context, id, httpAddr string) (raftnode.Progress, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+httpAddr+"/v1/cluster", nil)
+		if err != nil {
+			return raftnode.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return raftnode.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return raftnode.Progress{}, fmt.Errorf("progress of %s at %s: status %d", id, httpAddr, resp.StatusCode)
+		}
+		var v clusterView
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
+			return raftnode.Progress{}, fmt.Errorf("progress of %s at %s: %w", id, httpAddr, err)
+		}
+		return raftnode.Progress{ID: v.ID, Leader: v.Leader, Term: v.Term, LastIndex: v.LastIndex}, nil
+	}
+}
+
+// codeUnsafeChange: a membership change the leader refused because the
+// voters left would not hold a healthy quorum.
+const codeUnsafeChange = "unsafe_change"
+
 // membershipError gives a membership refusal its status: 400 naming the
-// field for a malformed member.
+// field for a malformed member, 409 for an unsafe change.
 func membershipError(err error) error {
 	var me *raftnode.MemberError
 	switch {
 	case errors.As(err, &me):
 		return badRequest("%s", me.Error())
+	case errors.Is(err, raftnode.ErrUnsafeChange):
+		return &apiError{http.StatusConflict, codeUnsafeChange, err.Error()}
 	}
 	return err
 }

@@ -125,19 +125,19 @@ func TestIdentityHeaders(t *testing.T) {
 func TestClusterStatus(t *testing.T) {
 	f := newLeader("n1")
 	f.status = func() (raftnode.Status, error) {
-		return raftnode.Status{Leader: "n1", Term: 7, CommitIndex: 123, AppliedIndex: 122, Nodes: []raftnode.NodeInfo{
+		return raftnode.Status{ID: "n1", Leader: "n1", Term: 7, LastIndex: 124, CommitIndex: 123, AppliedIndex: 122, Nodes: []raftnode.NodeInfo{
 			{ID: "n1", RaftAddr: "127.0.0.1:9001", HTTPAddr: "127.0.0.1:8001", Voter: true, Leader: true},
 			{ID: "n2", RaftAddr: "127.0.0.1:9002", HTTPAddr: "", Voter: false},
 		}}, nil
 	}
-	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK, `{"leader":"n1","term":7,"commit_index":123,"applied_index":122,"nodes":[
+	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK, `{"id":"n1","leader":"n1","term":7,"last_index":124,"commit_index":123,"applied_index":122,"nodes":[
 		{"id":"n1","raft_addr":"127.0.0.1:9001","http_addr":"127.0.0.1:8001","voter":true,"leader":true},
 		{"id":"n2","raft_addr":"127.0.0.1:9002","http_addr":"","voter":false,"leader":false}]}`)
 
 	// Any node answers from its own view, without a leader too.
 	f.status = func() (raftnode.Status, error) { return raftnode.Status{Term: 8}, nil }
 	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK,
-		`{"leader":"","term":8,"commit_index":0,"applied_index":0,"nodes":[]}`)
+		`{"id":"","leader":"","term":8,"last_index":0,"commit_index":0,"applied_index":0,"nodes":[]}`)
 
 	f.status = func() (raftnode.Status, error) { return raftnode.Status{}, raftnode.ErrShutdown }
 	rec := do(t, newServer(f), http.MethodGet, "/v1/cluster", "")

@@ -291,8 +291,13 @@ func TestJoinLeaveAndTransfer(t *testing.T) {
 	tok := token(t, body)
 
 	n4 := c.AddNode(c.Followers()[0].URL())
-	raftnodetest.WaitFor(t, 15*time.Second, "n4 to join and learn the lock", func() bool {
-		return held(n4, "members") && n4.Raft().AppliedIndex() >= leader.Raft().CommitIndex()
+	raftnodetest.WaitFor(t, 15*time.Second, "n4 to join, learn the lock and be promoted to voter", func() bool {
+		st, _ := leader.Status()
+		voter := false
+		for _, m := range st.Nodes {
+			voter = voter || m.ID == n4.ID && m.Voter
+		}
+		return voter && held(n4, "members") && n4.Raft().AppliedIndex() >= leader.Raft().CommitIndex()
 	})
 	status, body = call(t, "GET", n4.URL()+"/v1/cluster", nil)
 	if nodes, _ := body["nodes"].([]any); status != 200 || len(nodes) != 4 {

@@ -30,6 +30,11 @@ type Config struct {
 	// APIToken is the bearer token (an admin one) for those calls, when the
 	// cluster requires tokens.
 	APIToken string
+	// FetchProgress asks a member, at its HTTP address, for its own progress
+	// (promote.go). The leader promotes a joined non-voter only once it
+	// reports having caught up, and counts only members that answer as
+	// healthy voters. nil: joined nodes stay non-voters.
+	FetchProgress ProgressFetcher
 
 	// Timing of Raft itself. Zero values take production defaults.
 	HeartbeatTimeout   time.Duration

@@ -42,6 +42,9 @@ func (n *Node) startLeaderLoop() *leaderRun {
 	r := &leaderRun{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
+		promoter := make(chan struct{}) // promote.go: non-voters become voters once caught up
+		go func() { defer close(promoter); n.promoteLoop(ctx) }()
+		defer func() { cancel(); <-promoter }()
 		n.leaderLoop(ctx)
 	}()
 	return r

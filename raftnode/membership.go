@@ -18,8 +18,10 @@ import (
 
 // Status describes the cluster as this node sees it.
 type Status struct {
+	ID           string // this node's id
 	Leader       string
 	Term         uint64
+	LastIndex    uint64 // the last index in this node's log
 	CommitIndex  uint64
 	AppliedIndex uint64
 	Nodes        []NodeInfo
@@ -42,8 +44,10 @@ func (n *Node) Status() (Status, error) {
 	}
 	leader, _ := n.Leader()
 	s := Status{
+		ID:           n.cfg.ID,
 		Leader:       leader,
 		Term:         n.raft.CurrentTerm(),
+		LastIndex:    n.raft.LastIndex(),
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.raft.AppliedIndex(),
 	}
@@ -119,14 +123,24 @@ func validAddr(addr string) error {
 	return nil
 }
 
-// Join adds a voter, or records the HTTP address of one that is already a
-// member (nodes announce themselves this way after every start). A node
-// known under another address is replaced, as after a rebuild. A malformed
-// id or address is refused (MemberError) before anything changes.
+// Join adds a node as a non-voter, or records the HTTP address of one that
+// is already a member (nodes announce themselves this way after every
+// start). The leader's promoter (promote.go) makes a non-voter a voter once
+// it reports having caught up: a node that never comes up (a wrong address,
+// a typo) stays a non-voter and never counts towards the quorum. A node
+// known under another address is replaced, as after a rebuild, unless
+// removing it would leave fewer healthy voters than a quorum
+// (ErrUnsafeChange). A malformed id or address is refused (MemberError)
+// before anything changes.
 func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 	if err := ValidateMember(id, raftAddr, httpAddr); err != nil {
 		return err
 	}
+	return retryMoved(ctx, func() error { return n.join(ctx, id, raftAddr, httpAddr) })
+}
+
+func (n *Node) join(ctx context.Context, id, raftAddr, httpAddr string) error {
+	term := n.raft.CurrentTerm()
 	if !n.IsLeader() {
 		return ErrNotLeader
 	}
@@ -134,23 +148,44 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 	if err := f.Error(); err != nil {
 		return raftError("get configuration", err)
 	}
+	servers := f.Configuration().Servers
 	member := false
-	for _, srv := range f.Configuration().Servers {
+	var stale []raft.Server
+	for _, srv := range servers {
 		sameID, sameAddr := srv.ID == raft.ServerID(id), srv.Address == raft.ServerAddress(raftAddr)
 		switch {
 		case sameID && sameAddr:
 			member = true
 		case sameID || sameAddr:
-			n.log.Info("replacing member", "id", srv.ID, "raft_addr", srv.Address)
-			if err := n.raft.RemoveServer(srv.ID, 0, n.cfg.ApplyTimeout).Error(); err != nil {
-				return raftError("remove "+string(srv.ID), err)
-			}
+			stale = append(stale, srv)
 		}
 	}
+	prev := f.Index() // each change is refused if the configuration moved since it was checked
+	var live map[raft.ServerID]report
+	if len(stale) > 0 {
+		live = n.survey(ctx, others(stale, raft.ServerID(n.cfg.ID), func(raft.Server) bool { return true }))
+	}
+	for _, srv := range stale {
+		// A rebuilt node's old incarnation is gone; one that still follows
+		// this leader as itself is not stale, and a join must not evict it.
+		if srv.ID == raft.ServerID(n.cfg.ID) || live[srv.ID].follows(srv.ID, raft.ServerID(n.cfg.ID), term) {
+			return fmt.Errorf("%w: %s at %s would replace %s at %s, which is alive", ErrUnsafeChange, id, raftAddr, srv.ID, srv.Address)
+		}
+		if err := n.checkRemoval(ctx, term, servers, srv.ID); err != nil {
+			return err
+		}
+		n.log.Info("replacing member", "id", srv.ID, "raft_addr", srv.Address)
+		fut := n.raft.RemoveServer(srv.ID, prev, n.cfg.ApplyTimeout)
+		if err := fut.Error(); err != nil {
+			return raftError("remove "+string(srv.ID), err)
+		}
+		prev = fut.Index()
+		servers = others(servers, srv.ID, func(raft.Server) bool { return true })
+	}
 	if !member {
-		n.log.Info("adding voter", "id", id, "raft_addr", raftAddr)
-		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-			return raftError("add voter "+id, err)
+		n.log.Info("adding non-voter; it becomes a voter once caught up", "id", id, "raft_addr", raftAddr)
+		if err := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			return raftError("add non-voter "+id, err)
 		}
 	}
 	if addr, _ := n.machine.NodeAddr(id); httpAddr != "" && addr != httpAddr {
@@ -161,9 +196,28 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 	return nil
 }
 
-// Leave removes a member. Its address is forgotten first, while this node
-// surely still leads (removing itself ends its leadership).
+// Leave removes a member. Removing a voter is refused (ErrUnsafeChange)
+// when the voters left would not hold a healthy quorum: the cluster could
+// elect no leader afterwards. Its address is forgotten first, while this
+// node surely still leads (removing itself ends its leadership).
 func (n *Node) Leave(ctx context.Context, id string) error {
+	return retryMoved(ctx, func() error { return n.leave(ctx, id) })
+}
+
+// retryMoved runs change again, a few times, while it fails because the
+// configuration moved between its check and its change (a promotion ran in
+// between): the check must then be made again against the new one.
+func retryMoved(ctx context.Context, change func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := change()
+		if err == nil || attempt == 5 || ctx.Err() != nil || !strings.Contains(err.Error(), "configuration changed since") {
+			return err
+		}
+	}
+}
+
+func (n *Node) leave(ctx context.Context, id string) error {
+	term := n.raft.CurrentTerm()
 	if !n.IsLeader() {
 		return ErrNotLeader
 	}
@@ -171,18 +225,23 @@ func (n *Node) Leave(ctx context.Context, id string) error {
 	if err := f.Error(); err != nil {
 		return raftError("get configuration", err)
 	}
+	servers := f.Configuration().Servers
 	found := false
-	for _, srv := range f.Configuration().Servers {
+	for _, srv := range servers {
 		found = found || srv.ID == raft.ServerID(id)
 	}
 	if !found {
 		return fmt.Errorf("%w: %s", ErrUnknownNode, id)
 	}
+	if err := n.checkRemoval(ctx, term, servers, raft.ServerID(id)); err != nil {
+		return err
+	}
 	if _, err := n.apply(fsm.Command{Op: fsm.OpRemoveNode, NodeID: id}); err != nil {
 		return err
 	}
 	n.log.Info("removing member", "id", id)
-	return raftError("remove "+id, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error())
+	// f.Index(): refused if the configuration changed since the check.
+	return raftError("remove "+id, n.raft.RemoveServer(raft.ServerID(id), f.Index(), n.cfg.ApplyTimeout).Error())
 }
 
 // TransferLeadership hands leadership to id, or to the most up-to-date voter

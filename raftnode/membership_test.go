@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -244,7 +245,7 @@ func TestMembershipChangesKeepLocks(t *testing.T) {
 					}
 				}
 				l := logs.String()
-				if !strings.Contains(l, "adding voter") {
+				if !strings.Contains(l, "adding non-voter") || !strings.Contains(l, "promoting non-voter to voter") {
 					t.Fatalf("the log capture caught nothing: %q", l)
 				}
 				for _, tok := range []string{testAdminToken, testRWToken} {
@@ -318,4 +319,116 @@ func TestJoinRejectsMalformedMembers(t *testing.T) {
 	if len(st.Nodes) != 3 {
 		t.Fatalf("members after refused joins: %+v", st.Nodes)
 	}
+}
+
+// deadAddr returns a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	ln := raftnodetest.Listen(t)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// members returns the voters and the non-voters in node's GET /v1/cluster.
+func (a api) members(node *raftnodetest.Node) (voters, nonvoters []string) {
+	a.t.Helper()
+	out := a.must("GET", node.URL()+"/v1/cluster", nil)
+	nodes, _ := out["nodes"].([]any)
+	for _, n := range nodes {
+		n := n.(map[string]any)
+		if n["voter"] == true {
+			voters = append(voters, n["id"].(string))
+		} else {
+			nonvoters = append(nonvoters, n["id"].(string))
+		}
+	}
+	return voters, nonvoters
+}
+
+// Issue 13 item 5: joins of nodes that never come up must not wedge the
+// cluster. Two joins to Raft addresses where nothing listens (one with no
+// HTTP address, one whose http_addr is a live node's API, which answers as
+// that node) leave non-voters that are never promoted, while a real node
+// joining after them is; and once a real follower dies, the four voters
+// left with three alive still have a leader that grants locks. On the old
+// code the ghosts became voters at once: 6 voters, 3 alive, no leader ever
+// again.
+func TestBogusJoinsDoNotWedgeTheCluster(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	a := api{t: t, hc: c.HTTPClient()}
+	follower := c.Followers()[0]
+	a.must("POST", c.Leader().URL()+"/v1/cluster/join", map[string]any{"id": "ghost1", "raft_addr": deadAddr(t)})
+	a.must("POST", follower.URL()+"/v1/cluster/join", map[string]any{"id": "ghost2", "raft_addr": deadAddr(t), "http_addr": follower.HTTPAddr})
+
+	// The promoter surveys every non-voter in each round, the ghosts (which
+	// come first in the configuration) included, so once n4 is promoted the
+	// ghosts have been turned down at least once.
+	n4 := c.AddNode(follower.URL())
+	raftnodetest.WaitFor(t, 15*time.Second, "n4 to become a voter", func() bool {
+		v, _ := a.members(c.Leader())
+		return slices.Contains(v, n4.ID)
+	})
+	if v, o := a.members(c.Leader()); fmt.Sprint(v) != "[n1 n2 n3 n4]" || fmt.Sprint(o) != "[ghost1 ghost2]" {
+		t.Fatalf("voters %v, non-voters %v; want n1-n4 and the two ghosts", v, o)
+	}
+
+	// A real follower dies: three of the four voters still elect and commit.
+	var victim *raftnodetest.Node
+	for _, f := range c.Followers() {
+		if f != n4 {
+			victim = f
+		}
+	}
+	victim.Kill()
+	leader := c.Leader()
+	out := a.must("POST", leader.URL()+"/v1/locks/acquire", map[string]any{"name": "after-ghosts", "owner": "t", "ttl_ms": 5000})
+	if out["fencing_token"] == nil {
+		t.Fatalf("acquire: %v", out)
+	}
+	if v, o := a.members(leader); len(v) != 4 || fmt.Sprint(o) != "[ghost1 ghost2]" {
+		t.Fatalf("after the kill: voters %v, non-voters %v", v, o)
+	}
+	// A ghost is a non-voter: it can go whatever else is down.
+	a.must("POST", leader.URL()+"/v1/cluster/leave", map[string]any{"id": "ghost1"})
+}
+
+// A change that would leave fewer healthy voters than a quorum is refused
+// with 409 unsafe_change, through a follower too, and changes nothing; the
+// dead voter itself may go.
+func TestLeaveRefusesUnsafeChange(t *testing.T) {
+	c := raftnodetest.Start(t, 3)
+	a := api{t: t, hc: c.HTTPClient()}
+	// The leader asks members for their progress at their HTTP addresses,
+	// which followers announce just after the start.
+	raftnodetest.WaitFor(t, 15*time.Second, "every node's HTTP address", func() bool {
+		_, out := a.call("GET", c.Leader().URL()+"/v1/cluster", nil)
+		nodes, _ := out["nodes"].([]any)
+		for _, n := range nodes {
+			if n.(map[string]any)["http_addr"] == "" {
+				return false
+			}
+		}
+		return len(nodes) == 3
+	})
+	fs := c.Followers()
+	dead, live := fs[0], fs[1]
+	dead.Kill()
+	leader := c.Leader()
+	for _, via := range []*raftnodetest.Node{leader, live} {
+		status, out := a.call("POST", via.URL()+"/v1/cluster/leave", map[string]any{"id": live.ID})
+		if status != http.StatusConflict || out["error"] != "unsafe_change" {
+			t.Fatalf("leave of %s (with %s dead) via %s: %d %v, want 409 unsafe_change", live.ID, dead.ID, via.ID, status, out)
+		}
+	}
+	// A join that would replace the live follower (same Raft address, new
+	// id) is refused the same way.
+	status, out := a.call("POST", leader.URL()+"/v1/cluster/join", map[string]any{"id": "impostor", "raft_addr": live.RaftAddr})
+	if status != http.StatusConflict || out["error"] != "unsafe_change" {
+		t.Fatalf("join replacing live %s: %d %v, want 409 unsafe_change", live.ID, status, out)
+	}
+	if v, o := a.members(leader); len(v) != 3 || len(o) != 0 {
+		t.Fatalf("after refused changes: voters %v, non-voters %v", v, o)
+	}
+	a.must("POST", leader.URL()+"/v1/cluster/leave", map[string]any{"id": dead.ID})
+	a.must("POST", leader.URL()+"/v1/locks/acquire", map[string]any{"name": "after-leave", "owner": "t", "ttl_ms": 5000})
 }

@@ -163,6 +163,9 @@ func (n *Node) start(peers map[string]string, join string) {
 	if n.cluster.opts.Configure != nil {
 		n.cluster.opts.Configure(&cfg)
 	}
+	if cfg.FetchProgress == nil { // as cmd/raftlock serve wires it
+		cfg.FetchProgress = httpapi.ProgressFetcher(cfg.APITLS, cfg.APIToken)
+	}
 	apiOpts.Logger = cfg.Logger
 	ln, raftLn := n.httpLn, n.raftLn
 	n.httpLn, n.raftLn = nil, nil
