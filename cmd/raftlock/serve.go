@@ -198,6 +198,8 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	}
 	defer ln.Close()
 	cfg.node.Clock = nodeClock(cfg.node.Clock) // debug_*.go: the fault clock in a fault build
+	// The leader asks joined nodes for their progress on their API, as it forwards.
+	cfg.node.FetchProgress = httpapi.ProgressFetcher(cfg.node.APITLS, cfg.node.APIToken)
 	node, err := raftnode.New(cfg.node)
 	if err != nil {
 		return err
