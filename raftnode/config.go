@@ -20,6 +20,11 @@ type Config struct {
 	Peers         map[string]string // initial voters id -> Raft address; used only on a fresh data dir
 	Join          string            // HTTP URL of a running node to join through, fresh data dir only
 
+	// LogStore is where the Raft log lives: LogStoreWAL (DATA/wal) or
+	// LogStoreBoltDB (raft.db, which is the stable store either way). A log
+	// found in the other store is moved on start. Empty: DefaultLogStore.
+	LogStore string
+
 	// RaftTLS, when set, makes Raft traffic mutual TLS: the same config
 	// serves accepted connections (ClientCAs, ClientAuth) and dials peers
 	// (RootCAs, Certificates), as tlsconfig.Bundle.Peer builds it.
@@ -115,6 +120,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxWaiters == 0 {
 		c.MaxWaiters = DefaultMaxWaiters
+	}
+	if c.LogStore == "" {
+		c.LogStore = DefaultLogStore
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 10240

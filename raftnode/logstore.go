@@ -12,7 +12,10 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 // Log store kinds. raft.db (raft-boltdb) is the stable store (term, vote) in
@@ -24,6 +27,11 @@ const (
 	// LogStoreBoltDB keeps the log in raft.db beside the stable store.
 	LogStoreBoltDB = "boltdb"
 )
+
+// DefaultLogStore is the log store of a node whose Config leaves it empty:
+// the WAL, measured faster on every load (scripts/bench-compare.sh) and
+// checked under kill -9 (scripts/check.sh).
+const DefaultLogStore = LogStoreWAL
 
 // The WAL's directories in the data dir. A migration builds the WAL in
 // walStaging and renames it to walDir (the commit point: from then on the
@@ -122,12 +130,35 @@ func openWAL(path string, log hclog.Logger) (*walStore, error) {
 		return nil, fmt.Errorf("wal dir %s: %w", path, err)
 	}
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(path, wal.WithLogger(log.Named("wal")), wal.WithMetaStore(meta))
+	w, err := wal.Open(path, wal.WithLogger(log.Named("wal")), wal.WithMetaStore(meta),
+		wal.WithSegmentFiler(segment.NewFiler(path, privateVFS{walfs.New()})))
 	if err != nil {
 		meta.Close()
 		return nil, fmt.Errorf("open raft log (wal) in %s: %w", path, err)
 	}
+	// The log holds every lease id: its files are private, as raft.db is.
+	// raft-wal makes them 0644; segments made later go through privateVFS.
+	if err := makePrivate(path); err != nil {
+		w.Close()
+		meta.Close()
+		return nil, fmt.Errorf("wal dir %s: %w", path, err)
+	}
 	return &walStore{WAL: w, meta: meta}, nil
+}
+
+// privateVFS makes each new segment file 0600.
+type privateVFS struct{ *walfs.FS }
+
+func (v privateVFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	f, err := v.FS.Create(dir, name, size)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(filepath.Join(dir, name), 0o600); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("wal segment %s: %w", name, err)
+	}
+	return f, nil
 }
 
 // migrateToWAL opens DATA/wal, first moving into it a log that raft.db holds.

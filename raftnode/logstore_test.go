@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -145,6 +146,24 @@ func TestLogStoreAppendReadReopen(t *testing.T) {
 			if hasWAL := err == nil; hasWAL != (kind == LogStoreWAL) {
 				t.Fatalf("kind %s: wal dir present = %v", kind, hasWAL)
 			}
+			// Every file of the log is private: it holds the lease ids.
+			_ = filepath.WalkDir(filepath.Join(dir, walDir), func(path string, d fs.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				fi, err := d.Info()
+				if err != nil {
+					return err
+				}
+				want := fs.FileMode(0o600)
+				if d.IsDir() {
+					want = 0o700
+				}
+				if fi.Mode().Perm() != want {
+					t.Errorf("%s: mode %v, want %v", path, fi.Mode().Perm(), want)
+				}
+				return nil
+			})
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,7 +31,8 @@ type Node struct {
 	machine   *fsm.Machine
 	raft      *raft.Raft
 	transport *watchedTransport
-	store     *raftboltdb.BoltStore
+	store     *raftboltdb.BoltStore // raft.db: the stable store, and the log with LogStoreBoltDB
+	logStore  io.Closer             // closes the log store when it is not raft.db
 	logs      raft.LogStore
 	fsm       *raftFSM
 
@@ -117,6 +119,11 @@ func (n *Node) open() error {
 	if err := os.Chmod(dbPath, 0o600); err != nil {
 		return fmt.Errorf("raft store %s: %w", dbPath, err)
 	}
+	logStore, closer, err := openLogStore(cfg.DataDir, cfg.LogStore, store, n.log)
+	if err != nil {
+		return err
+	}
+	n.logStore = closer
 	files, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, cfg.Logger.Named("snapshots"))
 	if err != nil {
 		return fmt.Errorf("open snapshot store: %w", err)
@@ -126,7 +133,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("snapshot store %s: %w", snapDir, err)
 	}
 	snaps := privateSnapshots{SnapshotStore: files, dir: snapDir, log: n.log}
-	if err := checkVoteRecord(store, store, snaps, cfg.DataDir, cfg.AllowLostVoteRecord, n.log); err != nil {
+	if err := checkVoteRecord(store, logStore, snaps, cfg.DataDir, cfg.AllowLostVoteRecord, n.log); err != nil {
 		return err
 	}
 	nt, err := newTransport(cfg)
@@ -149,11 +156,11 @@ func (n *Node) open() error {
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
 
-	existing, err := raft.HasExistingState(store, store, snaps)
+	existing, err := raft.HasExistingState(logStore, store, snaps)
 	if err != nil {
 		return fmt.Errorf("inspect data dir: %w", err)
 	}
-	var disk raft.LogStore = store
+	disk := logStore
 	if cfg.wrapLogs != nil {
 		disk = cfg.wrapLogs(disk)
 	}
@@ -162,7 +169,8 @@ func (n *Node) open() error {
 		return fmt.Errorf("log cache: %w", err)
 	}
 	// Above the cache: it flattens the store's error into a string.
-	logs := guardedLogs{LogStore: cache, log: n.log}
+	// keepMonotonic: the guard hides the WAL's IsMonotonic, which raft needs.
+	logs := keepMonotonic(logStore, guardedLogs{LogStore: cache, log: n.log})
 	n.fsm = &raftFSM{m: n.machine, applied: n.onApplied}
 	n.fsm.integrity.log.Store(&n.log) // before raft replays the log
 	n.logs = logs
@@ -275,6 +283,11 @@ func (n *Node) closeStores() {
 	if n.transport != nil {
 		n.transport.CloseStreams() // pooled connections would keep peers' handlers alive
 		n.transport.Close()
+	}
+	if n.logStore != nil {
+		if err := n.logStore.Close(); err != nil {
+			n.log.Error("close raft log store", "error", err)
+		}
 	}
 	if n.store != nil {
 		n.store.Close()

@@ -65,6 +65,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
 	fs.StringVar(&c.node.ID, "id", "", "this node's id, unique in the cluster")
 	fs.StringVar(&c.node.DataDir, "data-dir", "", "directory for the Raft log, stable store and snapshots")
+	fs.StringVar(&c.node.LogStore, "log-store", raftnode.DefaultLogStore, "where the Raft log lives: wal (DATA/wal) or boltdb (raft.db); a log found in the other is moved there on start")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:8001", "HTTP API listen address")
 	fs.StringVar(&c.node.RaftAddr, "raft-addr", "127.0.0.1:9001", "Raft transport listen address")
 	fs.StringVar(&c.node.AdvertiseHTTP, "advertise-http", "", "HTTP address other nodes dial (default: --http-addr)")
@@ -122,6 +123,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, errors.New("--id is required (or --dev)")
 	case c.node.DataDir == "":
 		return c, errors.New("--data-dir is required (or --dev)")
+	case !raftnode.ValidLogStore(c.node.LogStore):
+		return c, fmt.Errorf("--log-store must be %s or %s, not %q", raftnode.LogStoreWAL, raftnode.LogStoreBoltDB, c.node.LogStore)
 	case len(c.node.Peers) > 0 && c.node.Join != "":
 		return c, errors.New("--peers and --join exclude each other")
 	}
