@@ -8,7 +8,7 @@ import (
 	"net/http"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/raftnode"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
 // apiError is an error with its HTTP status and contract code.
@@ -35,27 +35,27 @@ var errorTable = []struct {
 	code   string
 }{
 	// First: an indeterminate error may also wrap ErrShutdown.
-	{raftnode.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
+	{store.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
 	{errUnknownOutcome, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
 	// The request's deadline (or the client going away) after the command
 	// was handed to the store: it may have been submitted, and a parked
 	// acquire's grant may be in flight. Reads map these themselves (read).
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
 	{context.Canceled, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
-	{raftnode.ErrNotLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
-	{raftnode.ErrNoLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
-	{raftnode.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader},
-	{raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader},
-	{raftnode.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded},
-	{raftnode.ErrUnknownNode, http.StatusNotFound, api.CodeNotFound},
+	{store.ErrNotLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{store.ErrNoLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{store.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{store.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{store.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded},
+	{store.ErrUnknownNode, http.StatusNotFound, api.CodeNotFound},
 	// Refused before anything reached the log: this node's state is not the
 	// cluster's (a state check found it different from the leader's).
-	{raftnode.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged},
+	{store.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged},
 	// The leader's disk refused the entry and the leader stepped down; with
 	// a log store that can half-write a batch nobody can promise the entry
 	// is gone, so the status promises nothing (500) and Retry-After invites
 	// the same-lease retry that settles it.
-	{raftnode.ErrStorage, http.StatusInternalServerError, api.CodeStorage},
+	{store.ErrStorage, http.StatusInternalServerError, api.CodeStorage},
 }
 
 // errUnknownOutcome marks a failure after which this node cannot know

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/internal/store"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -27,7 +29,7 @@ type fakeStore struct {
 	leader        func() (id, httpAddr string)
 	waitForLeader func(ctx context.Context) (id, httpAddr string, err error)
 	apply         func(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
-	read          func(ctx context.Context, stale bool) (*fsm.Machine, error)
+	read          func(ctx context.Context, stale bool) (store.LockReader, error)
 	ready         func() bool
 	status        func() (raftnode.Status, error)
 	join          func(ctx context.Context, id, raftAddr, httpAddr string) error
@@ -84,7 +86,7 @@ func (f *fakeStore) applyLocal(cmd fsm.Command) fsm.Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cmd.Op == fsm.OpAcquire && cmd.LeaseID == "" {
-		cmd.LeaseID = raftnode.NewLeaseID()
+		cmd.LeaseID = api.NewLeaseID()
 	}
 	cmd.Stamp = f.nowMs * int64(time.Millisecond)
 	f.index++
@@ -107,7 +109,7 @@ func (f *fakeStore) Acquire(ctx context.Context, cmd fsm.Command, wait time.Dura
 	return f.Apply(ctx, cmd)
 }
 
-func (f *fakeStore) Read(ctx context.Context, stale bool) (*fsm.Machine, error) {
+func (f *fakeStore) Read(ctx context.Context, stale bool) (store.LockReader, error) {
 	f.mu.Lock()
 	f.stales = append(f.stales, stale)
 	f.mu.Unlock()
@@ -179,7 +181,7 @@ var _ Store = (*fakeStore)(nil)
 // until the context ends.
 func noLeaderEver(ctx context.Context) (string, string, error) {
 	<-ctx.Done()
-	return "", "", raftnode.ErrNoLeader
+	return "", "", store.ErrNoLeader
 }
 
 // testLeaderWait keeps the no-leader cases quick. Tests that expect success

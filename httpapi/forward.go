@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/raftnode"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
 // decision is what a handler's leader-side work produced.
@@ -37,7 +37,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 	for {
 		if err := ctx.Err(); err != nil {
 			// Nothing handed to the store yet: certainly not applied.
-			writeError(w, fmt.Errorf("%w known before the request's deadline (%v)", raftnode.ErrNoLeader, err))
+			writeError(w, fmt.Errorf("%w known before the request's deadline (%v)", store.ErrNoLeader, err))
 			return
 		}
 		status, out, err := decide(ctx)
@@ -45,7 +45,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 			writeJSON(w, status, out)
 			return
 		}
-		if !errors.Is(err, raftnode.ErrNotLeader) && !errors.Is(err, raftnode.ErrNoLeader) {
+		if !errors.Is(err, store.ErrNotLeader) && !errors.Is(err, store.ErrNoLeader) {
 			writeError(w, err)
 			return
 		}
@@ -54,10 +54,10 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		cancel()
 		switch {
 		case werr != nil:
-			writeError(w, fmt.Errorf("%w known after %v", raftnode.ErrNoLeader, s.opts.LeaderWait))
+			writeError(w, fmt.Errorf("%w known after %v", store.ErrNoLeader, s.opts.LeaderWait))
 			return
 		case id != s.store.ID() && r.Header.Get(api.HeaderForwardedBy) != "":
-			writeError(w, fmt.Errorf("%w: request forwarded by %s, but %s leads", raftnode.ErrNotLeader, r.Header.Get(api.HeaderForwardedBy), id))
+			writeError(w, fmt.Errorf("%w: request forwarded by %s, but %s leads", store.ErrNotLeader, r.Header.Get(api.HeaderForwardedBy), id))
 			return
 		case id != s.store.ID():
 			s.forward.relay(w, r, addr, body)
@@ -70,7 +70,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		select {
 		case <-ctx.Done():
 			// The last attempt was refused (not leading yet): nothing applied.
-			writeError(w, fmt.Errorf("%w ready before the request's deadline: %v", raftnode.ErrNoLeader, err))
+			writeError(w, fmt.Errorf("%w ready before the request's deadline: %v", store.ErrNoLeader, err))
 			return
 		case <-time.After(5 * time.Millisecond):
 		}
@@ -123,7 +123,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 			writeError(w, fmt.Errorf("%w: forwarded to leader %s, then: %v", errUnknownOutcome, addr, err))
 			return
 		}
-		writeError(w, fmt.Errorf("%w: forwarding to leader %s failed: %v", raftnode.ErrNoLeader, addr, err))
+		writeError(w, fmt.Errorf("%w: forwarding to leader %s failed: %v", store.ErrNoLeader, addr, err))
 		return
 	}
 	defer resp.Body.Close()

@@ -15,7 +15,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/raftnode"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
 // writeRequests are the requests a follower must forward, one per endpoint
@@ -34,7 +34,7 @@ func failingStore(err error, leader string) *fakeStore {
 	f := newLeader("n2")
 	f.leader = func() (string, string) { return leader, "" }
 	f.apply = func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, err }
-	f.read = func(context.Context, bool) (*fsm.Machine, error) { return nil, err }
+	f.read = func(context.Context, bool) (store.LockReader, error) { return nil, err }
 	f.join = func(context.Context, string, string, string) error { return err }
 	f.leave = func(context.Context, string) error { return err }
 	f.transfer = func(context.Context, string) error { return err }
@@ -46,7 +46,7 @@ func failingStore(err error, leader string) *fakeStore {
 // A 503 or 429 promises that nothing was applied, so an error that leaves
 // that open is a 504 on a write; a read applies nothing, so there it is 503.
 func TestStoreErrors(t *testing.T) {
-	inFlightShutdown := fmt.Errorf("apply release: %w: raft shut down with the entry in flight (%w)", raftnode.ErrIndeterminate, raftnode.ErrShutdown)
+	inFlightShutdown := fmt.Errorf("apply release: %w: raft shut down with the entry in flight (%w)", store.ErrIndeterminate, store.ErrShutdown)
 	cases := []struct {
 		name       string
 		err        error
@@ -54,17 +54,17 @@ func TestStoreErrors(t *testing.T) {
 		code       string
 		readStatus int // 0: status
 	}{
-		{"indeterminate", raftnode.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
-		{"wrapped indeterminate", fmt.Errorf("apply acquire: %w", raftnode.ErrIndeterminate), http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
+		{"indeterminate", store.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
+		{"wrapped indeterminate", fmt.Errorf("apply acquire: %w", store.ErrIndeterminate), http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
 		{"shutdown in flight", inFlightShutdown, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
-		{"shutdown", raftnode.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
+		{"shutdown", store.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
 		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
 		{"canceled", context.Canceled, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
-		{"leader changed", raftnode.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
-		{"overloaded", raftnode.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded, 0},
-		{"wrapped overloaded", fmt.Errorf("x: %w", raftnode.ErrOverloaded), http.StatusTooManyRequests, api.CodeOverloaded, 0},
-		{"diverged", raftnode.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged, 0},
-		{"storage", fmt.Errorf("apply acquire: %w", raftnode.ErrStorage), http.StatusInternalServerError, api.CodeStorage, 0},
+		{"leader changed", store.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
+		{"overloaded", store.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded, 0},
+		{"wrapped overloaded", fmt.Errorf("x: %w", store.ErrOverloaded), http.StatusTooManyRequests, api.CodeOverloaded, 0},
+		{"diverged", store.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged, 0},
+		{"storage", fmt.Errorf("apply acquire: %w", store.ErrStorage), http.StatusInternalServerError, api.CodeStorage, 0},
 		{"unexpected", errors.New("disk on fire"), http.StatusInternalServerError, api.CodeInternal, 0},
 	}
 	reads := []string{"/v1/locks/a", "/v1/locks", "/v1/locks/a?stale=true"}
@@ -109,7 +109,7 @@ func TestParkedAcquireDeadlineIsUnknown(t *testing.T) {
 }
 
 func TestUnknownNodeIsNotFound(t *testing.T) {
-	f := failingStore(fmt.Errorf("leave n9: %w", raftnode.ErrUnknownNode), "n2")
+	f := failingStore(fmt.Errorf("leave n9: %w", store.ErrUnknownNode), "n2")
 	rec := do(t, newServer(f), http.MethodPost, "/v1/cluster/leave", `{"id":"n9"}`)
 	wantError(t, rec, http.StatusNotFound, api.CodeNotFound, "n9")
 }
@@ -118,7 +118,7 @@ func TestUnknownNodeIsNotFound(t *testing.T) {
 // that needs the leader is 503 no_leader with Retry-After, and nothing was
 // forwarded anywhere.
 func TestNoLeader(t *testing.T) {
-	for _, err := range []error{raftnode.ErrNoLeader, raftnode.ErrNotLeader} {
+	for _, err := range []error{store.ErrNoLeader, store.ErrNotLeader} {
 		for _, w := range writeRequests {
 			t.Run(fmt.Sprintf("%v%s", err, w.path), func(t *testing.T) {
 				t.Parallel() // each waits out LeaderWait
@@ -156,7 +156,7 @@ func TestNewLeaderNotReadyYet(t *testing.T) {
 		defer mu.Unlock()
 		if refusals > 0 {
 			refusals--
-			return fsm.Result{}, raftnode.ErrNoLeader
+			return fsm.Result{}, store.ErrNoLeader
 		}
 		return f.applyLocal(cmd), nil
 	}
@@ -167,7 +167,7 @@ func TestNewLeaderNotReadyYet(t *testing.T) {
 	}
 
 	// It never becomes ready: 503 once LeaderWait is over.
-	f.apply = func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, raftnode.ErrNoLeader }
+	f.apply = func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, store.ErrNoLeader }
 	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/acquire", `{"name":"b","ttl_ms":1000}`)
 	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, "")
 	wantRetryAfter(t, rec)
@@ -214,7 +214,7 @@ func (l *recordingLeader) requests() []recorded {
 // follower is node n2 whose store refuses with ErrNotLeader and knows that
 // n1 leads at addr.
 func follower(addr string) *fakeStore {
-	f := failingStore(raftnode.ErrNotLeader, "n1")
+	f := failingStore(store.ErrNotLeader, "n1")
 	f.leader = func() (string, string) { return "n1", addr }
 	return f
 }
@@ -297,9 +297,9 @@ func TestForwardReads(t *testing.T) {
 	own := newLeader("n2")
 	own.leader = f.leader
 	own.apply = f.apply
-	own.read = func(_ context.Context, stale bool) (*fsm.Machine, error) {
+	own.read = func(_ context.Context, stale bool) (store.LockReader, error) {
 		if !stale {
-			return nil, raftnode.ErrNotLeader
+			return nil, store.ErrNotLeader
 		}
 		return fsm.New(), nil
 	}
@@ -370,7 +370,7 @@ func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
 
 // followerOf is a node that believes "the-other" leads at url().
 func followerOf(id string, url func() string) *fakeStore {
-	f := failingStore(raftnode.ErrNotLeader, "the-other")
+	f := failingStore(store.ErrNotLeader, "the-other")
 	f.id = id
 	f.leader = func() (string, string) { return "the-other", strings.TrimPrefix(url(), "http://") }
 	return f
@@ -395,7 +395,7 @@ func TestForwardLeaderUnreachable(t *testing.T) {
 // A follower that learns of the leader only while waiting forwards then.
 func TestForwardAfterElection(t *testing.T) {
 	leader := newRecordingLeader(t, http.StatusOK, `{"released":true}`)
-	f := failingStore(raftnode.ErrNoLeader, "")
+	f := failingStore(store.ErrNoLeader, "")
 	f.waitForLeader = func(context.Context) (string, string, error) { return "n1", leader.addr(), nil }
 	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/release", `{"name":"a","lease_id":"`+leaseA+`"}`)
 	wantJSON(t, rec, http.StatusOK, `{"released":true}`)

@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
 // viewOf is a lock as reads show it: never with its lease_id.
@@ -125,7 +126,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.read(w, r, func(m *fsm.Machine) any {
+	s.read(w, r, func(m store.LockReader) any {
 		if l, ok := m.Get(name); ok {
 			return viewOf(l)
 		}
@@ -153,7 +154,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	s.read(w, r, func(m *fsm.Machine) any {
+	s.read(w, r, func(m store.LockReader) any {
 		locks, truncated := m.List(prefix, limit)
 		views := make([]api.Lock, len(locks))
 		for i, l := range locks {
@@ -187,7 +188,7 @@ func query(r *http.Request) (url.Values, error) {
 
 // read answers from this node's state when ?stale=true, else linearizably
 // from the leader.
-func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(*fsm.Machine) any) {
+func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(store.LockReader) any) {
 	q, err := query(r)
 	if err != nil {
 		writeError(w, err)

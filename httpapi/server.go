@@ -15,18 +15,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/internal/store"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
 // Store is what the API needs of a node. raftnode.Node implements it; tests
-// use a struct of function fields.
+// use a struct of function fields. Reads get a read-only view: nothing here
+// can change state except through Apply and Acquire, that is through Raft.
 type Store interface {
 	ID() string
 	Leader() (id, httpAddr string)
 	WaitForLeader(ctx context.Context) (id, httpAddr string, err error)
 	Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error)
-	Read(ctx context.Context, stale bool) (*fsm.Machine, error)
+	Read(ctx context.Context, stale bool) (store.LockReader, error)
 	Ready() bool
 	Status() (raftnode.Status, error)
 	Join(ctx context.Context, id, raftAddr, httpAddr string) error

@@ -5,30 +5,27 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
-// Errors a node returns. The HTTP layer maps each to one status code. Each
-// says whether the command may have been applied: only ErrIndeterminate (and
-// errors wrapping it) leave that open; the others mean nothing was applied.
+// Errors a node returns, declared in internal/store so that the HTTP layer
+// can map them without importing raftnode (and Raft); see there for what
+// each promises. Each says whether the command may have been applied: only
+// ErrIndeterminate (and errors wrapping it) and ErrStorage leave that open;
+// the others mean nothing was applied.
 var (
-	// ErrNotLeader: this node cannot decide; the leader (if known) can.
-	ErrNotLeader = errors.New("not the leader")
-	// ErrNoLeader: no leader is known (election in progress, quorum lost).
-	ErrNoLeader = errors.New("no leader")
-	// ErrIndeterminate: the entry was handed to Raft and then the node lost
-	// track of it (leadership lost, or Raft shut down, with the entry in
-	// flight); nobody knows whether it committed, and it may still commit
-	// later. Retrying with the same lease id is safe.
-	ErrIndeterminate = errors.New("outcome unknown")
-	// ErrLeaderChanged: a parked acquire was dropped because this node
-	// stopped leading; the client re-enters the wait on the new leader.
-	ErrLeaderChanged = errors.New("leadership changed while waiting; retry on the new leader")
-	// ErrOverloaded: the Raft apply queue is full.
-	ErrOverloaded = errors.New("overloaded")
-	// ErrShutdown: the node is stopping.
-	ErrShutdown = errors.New("node is shutting down")
-	// ErrUnknownNode: a membership change names a node that is not a member.
-	ErrUnknownNode = errors.New("unknown node")
+	ErrNotLeader     = store.ErrNotLeader
+	ErrNoLeader      = store.ErrNoLeader
+	ErrIndeterminate = store.ErrIndeterminate
+	ErrLeaderChanged = store.ErrLeaderChanged
+	ErrOverloaded    = store.ErrOverloaded
+	ErrShutdown      = store.ErrShutdown
+	ErrUnknownNode   = store.ErrUnknownNode
+	// ErrDiverged: a state check found this node's state different from
+	// the leader's (integrity.go).
+	ErrDiverged = store.ErrDiverged
+	// ErrStorage: this node's disk refused a write (storage.go).
+	ErrStorage = store.ErrStorage
 )
 
 // readOps are the operations passed to raftError that write nothing: when

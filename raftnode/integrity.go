@@ -26,10 +26,6 @@ import (
 // one index ("mark") and later tell them its own hash for that index
 // ("check"): a replica whose hash differs flags itself as diverged.
 
-// ErrDiverged: this node's state differed from the leader's at a state
-// check; it serves no reads and accepts no writes until an operator acts.
-var ErrDiverged = errors.New("this node's state diverged from the leader's; it needs an operator")
-
 // DefaultStateCheckInterval is how often a leader runs a state check.
 const DefaultStateCheckInterval = 5 * time.Minute
 

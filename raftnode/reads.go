@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
 // DefaultReadyMaxLag is how many entries a follower may trail the leader's
@@ -42,15 +43,17 @@ func (n *Node) Ready() bool {
 	return commit > 0 && applied >= commit && n.AppliedThrough(n.startIndex)
 }
 
-// Read returns the state machine for reading. Unless stale, it is
+// Read returns a read-only view of the locks. Unless stale, it is
 // linearizable: this node must lead, confirm it still does with a quorum,
-// and have applied everything committed before the read began.
-func (n *Node) Read(ctx context.Context, stale bool) (*fsm.Machine, error) {
+// and have applied everything committed before the read began. The view is
+// not the machine itself, so that no reader can apply or restore outside
+// Raft (not even by a type assertion).
+func (n *Node) Read(ctx context.Context, stale bool) (store.LockReader, error) {
 	if _, bad := n.Diverged(); bad {
 		return nil, ErrDiverged // its state is not the cluster's, stale or not
 	}
 	if stale {
-		return n.machine, nil
+		return lockReader{n.machine}, nil
 	}
 	if !n.IsLeader() {
 		return nil, ErrNotLeader
@@ -65,7 +68,15 @@ func (n *Node) Read(ctx context.Context, stale bool) (*fsm.Machine, error) {
 	if err := n.waitApplied(ctx, commit); err != nil {
 		return nil, err
 	}
-	return n.machine, nil
+	return lockReader{n.machine}, nil
+}
+
+// lockReader is the read-only part of the machine.
+type lockReader struct{ m *fsm.Machine }
+
+func (r lockReader) Get(name string) (fsm.Lock, bool) { return r.m.Get(name) }
+func (r lockReader) List(prefix string, limit int) ([]fsm.Lock, bool) {
+	return r.m.List(prefix, limit)
 }
 
 func (n *Node) waitApplied(ctx context.Context, index uint64) error {

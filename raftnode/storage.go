@@ -13,10 +13,6 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// ErrStorage: this node's disk refused a write (full, read-only, failing).
-// The client sees only this; the node logs the real error with its path.
-var ErrStorage = errors.New("storage error on this node")
-
 // storageError carries a store's error to raft's futures: it says
 // ErrStorage to whoever prints it and keeps the cause for errors.Is/As.
 type storageError struct{ cause error }

@@ -1,0 +1,81 @@
+// Package store is what the HTTP layer (httpapi) and the Raft node
+// (raftnode) agree on without importing each other: the errors a node
+// returns, the status it reports, and the read-only view of its locks. It
+// knows no Raft and no HTTP, so that httpapi can be built and tested
+// without hashicorp/raft, and raftnode without the API.
+//
+// raftnode re-exports the errors (raftnode.ErrNotLeader is ErrNotLeader)
+// and the types, so its callers need not import this package.
+package store
+
+import (
+	"errors"
+
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// Errors a node returns. httpapi maps each to one status code
+// (httpapi/errors.go). Each says whether the command may have been applied:
+// only ErrIndeterminate (and errors wrapping it) and ErrStorage leave that
+// open; the others mean nothing was applied.
+var (
+	// ErrNotLeader: this node cannot decide; the leader (if known) can.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrNoLeader: no leader is known (election in progress, quorum lost).
+	ErrNoLeader = errors.New("no leader")
+	// ErrIndeterminate: the entry was handed to Raft and then the node lost
+	// track of it (leadership lost, or Raft shut down, with the entry in
+	// flight); nobody knows whether it committed, and it may still commit
+	// later. Retrying with the same lease id is safe.
+	ErrIndeterminate = errors.New("outcome unknown")
+	// ErrLeaderChanged: a parked acquire was dropped because this node
+	// stopped leading; the client re-enters the wait on the new leader.
+	ErrLeaderChanged = errors.New("leadership changed while waiting; retry on the new leader")
+	// ErrOverloaded: the Raft apply queue is full.
+	ErrOverloaded = errors.New("overloaded")
+	// ErrShutdown: the node is stopping.
+	ErrShutdown = errors.New("node is shutting down")
+	// ErrUnknownNode: a membership change names a node that is not a member.
+	ErrUnknownNode = errors.New("unknown node")
+	// ErrDiverged: this node's state differed from the leader's at a state
+	// check; it serves no reads and accepts no writes until an operator acts.
+	ErrDiverged = errors.New("this node's state diverged from the leader's; it needs an operator")
+	// ErrStorage: this node's disk refused a write (full, read-only, failing).
+	// The client sees only this; the node logs the real error with its path.
+	ErrStorage = errors.New("storage error on this node")
+	// ErrUnsafeChange: a membership change would leave fewer healthy voters
+	// than a quorum, so the cluster could not elect a leader or commit
+	// afterwards.
+	ErrUnsafeChange = errors.New("unsafe membership change")
+)
+
+// LockReader is the read-only view of a node's locks that reads are
+// answered from. It has no way to change state: every change goes through
+// Raft.
+type LockReader interface {
+	// Get returns lock name if it is held.
+	Get(name string) (fsm.Lock, bool)
+	// List returns up to limit held locks whose names start with prefix,
+	// sorted by name, and whether more matched.
+	List(prefix string, limit int) ([]fsm.Lock, bool)
+}
+
+// Status describes the cluster as a node sees it.
+type Status struct {
+	ID           string // this node's id
+	Leader       string
+	Term         uint64
+	LastIndex    uint64 // the last index in this node's log
+	CommitIndex  uint64
+	AppliedIndex uint64
+	Nodes        []NodeInfo
+}
+
+// NodeInfo is one member of the Raft configuration.
+type NodeInfo struct {
+	ID       string
+	RaftAddr string
+	HTTPAddr string
+	Voter    bool
+	Leader   bool
+}
