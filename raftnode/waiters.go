@@ -27,10 +27,11 @@ type waitQueue struct {
 	maxPerLock int
 	maxTotal   int
 
-	mu     sync.Mutex
-	locks  map[string]*lockQueue
-	total  int
-	closed bool // not leading: nothing may park
+	mu        sync.Mutex
+	locks     map[string]*lockQueue
+	total     int
+	closed    bool  // not leading: nothing may park
+	closedErr error // what close answered parked requests with
 }
 
 type lockQueue struct {
@@ -95,6 +96,14 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 	if inQueue {
 		if err := ctx.Err(); err != nil {
 			return fsm.Result{}, err
+		}
+		if h, ok := q.holder(cmd.Name); ok && h.LeaseID == cmd.LeaseID {
+			// The lease holds the lock already (an earlier attempt of the
+			// same lease was granted while this one waited): an acquire by
+			// the holding lease is idempotent, so answer it as one, through
+			// the log, which refreshes the lease like any retry.
+			res, err := q.apply(cmd)
+			return answer(ctx, waitResult{r: res, err: err})
 		}
 		// Name the holder now; none when the lock is free but promised to a
 		// waiter ahead (the first answer's holder may have released).
@@ -191,8 +200,14 @@ func (q *waitQueue) serve(name string) {
 		q.mu.Lock()
 		lq.granting = false
 		if err == nil && res.Status == fsm.StatusHeld {
-			q.mu.Unlock()
-			return
+			if !q.closed {
+				q.mu.Unlock()
+				return
+			}
+			// Leadership ended while the grant was in flight and close left
+			// the head to it: send it to the new leader rather than leave it
+			// parked here until its wait runs out.
+			err = q.closedErr
 		}
 		lq.waiters = lq.waiters[1:]
 		q.total--
@@ -202,9 +217,12 @@ func (q *waitQueue) serve(name string) {
 		q.mu.Unlock()
 
 		w.done <- waitResult{r: res, err: err}
-		if err != nil || res.Status == fsm.StatusOK {
-			return // the lock is taken (or we lost leadership): wait for the next event
+		if err == nil && res.Status == fsm.StatusOK {
+			return // the lock is taken: wait for the next free event
 		}
+		// An error (overloaded, say) answers only the head: the lock may
+		// still be free, and no free event will come for the rest. The loop
+		// tries the next; a queue closed by lost leadership stops it.
 	}
 }
 
@@ -219,7 +237,7 @@ func (q *waitQueue) open() {
 // calls it when leadership ends.
 func (q *waitQueue) close(err error) {
 	q.mu.Lock()
-	q.closed = true
+	q.closed, q.closedErr = true, err
 	var failed []*waiter
 	inFlight := 0
 	for name, lq := range q.locks {

@@ -153,3 +153,147 @@ func TestEndedContextNeverGetsTheGrant(t *testing.T) {
 		}
 	}
 }
+
+// scriptedQueue is a waitQueue whose apply answers from script, one call at
+// a time, and whose holder the test sets; the wait's timer fires on a send.
+type scriptedQueue struct {
+	q     *waitQueue
+	timer chan time.Time
+
+	mu      sync.Mutex
+	holder  fsm.Lock
+	held    bool
+	applied []fsm.Command
+	script  func(call int, c fsm.Command) (fsm.Result, error)
+}
+
+func newScriptedQueue(script func(call int, c fsm.Command) (fsm.Result, error)) *scriptedQueue {
+	s := &scriptedQueue{timer: make(chan time.Time), script: script}
+	apply := func(c fsm.Command) (fsm.Result, error) {
+		s.mu.Lock()
+		s.applied = append(s.applied, c)
+		call := len(s.applied)
+		s.mu.Unlock()
+		return s.script(call, c)
+	}
+	holder := func(string) (fsm.Lock, bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.holder, s.held
+	}
+	s.q = newWaitQueue(apply, holder, 10, 10)
+	s.q.after = func(time.Duration) <-chan time.Time { return s.timer }
+	s.q.open()
+	return s
+}
+
+func (s *scriptedQueue) setHolder(l fsm.Lock, held bool) {
+	s.mu.Lock()
+	s.holder, s.held = l, held
+	s.mu.Unlock()
+}
+
+// park starts a wait for lease on L and returns once the queue holds want.
+func (s *scriptedQueue) park(t *testing.T, lease string, want int) <-chan waitAnswer {
+	t.Helper()
+	out := make(chan waitAnswer, 1)
+	go func() {
+		res, err := s.q.wait(context.Background(), fsm.Command{Op: fsm.OpAcquire, Name: "L", LeaseID: lease}, fsm.Result{Status: fsm.StatusHeld}, time.Hour)
+		out <- waitAnswer{res, err}
+	}()
+	waitFor(t, "the waiter to park", func() bool { return s.q.size() == want })
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func receive(t *testing.T, what string, ch <-chan waitAnswer) waitAnswer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no answer", what)
+		return waitAnswer{}
+	}
+}
+
+// Review finding: leadership ended while the head's grant was in flight and
+// the grant answered held (a lock-delay, say). The head was left parked on a
+// node that no longer leads until its wait ran out (up to 300 s), and, were
+// the node elected again, it still sat in the queue making every
+// non-waiting acquire of the lock answer held.
+func TestGrantAnsweredHeldAfterCloseSendsHeadToNewLeader(t *testing.T) {
+	started, finish := make(chan struct{}), make(chan struct{})
+	s := newScriptedQueue(func(int, fsm.Command) (fsm.Result, error) {
+		close(started)
+		<-finish
+		return fsm.Result{Status: fsm.StatusHeld}, nil
+	})
+	out := s.park(t, "w", 1) // the lock looks free at parking: the grant starts at once
+	<-started
+	s.q.close(ErrLeaderChanged)
+	close(finish)
+	if a := receive(t, "head after close", out); !errors.Is(a.err, ErrLeaderChanged) {
+		t.Fatalf("head answered %+v, %v; want ErrLeaderChanged so it re-enters on the new leader", a.res, a.err)
+	}
+	s.q.open()
+	if s.q.queued("L") || s.q.size() != 0 {
+		t.Fatalf("a waiter of the previous term is still queued (size %d)", s.q.size())
+	}
+}
+
+// Review finding: the head's grant failed with an error that leaves the
+// lock free (the apply queue was full). The rest of the queue stayed parked
+// though the lock was free: no free event would come for them.
+func TestGrantErrorServesTheNextWaiter(t *testing.T) {
+	s := newScriptedQueue(func(call int, c fsm.Command) (fsm.Result, error) {
+		if call == 1 {
+			return fsm.Result{}, ErrOverloaded
+		}
+		return fsm.Result{Status: fsm.StatusOK, Lock: fsm.Lock{Name: c.Name, LeaseID: c.LeaseID, Token: 9}}, nil
+	})
+	s.setHolder(fsm.Lock{LeaseID: "A"}, true)
+	w1 := s.park(t, "w1", 1)
+	w2 := s.park(t, "w2", 2)
+	s.setHolder(fsm.Lock{}, false)
+	s.q.freed([]string{"L"})
+	if a := receive(t, "w1", w1); !errors.Is(a.err, ErrOverloaded) {
+		t.Fatalf("w1 answered %+v, %v; want ErrOverloaded", a.res, a.err)
+	}
+	if a := receive(t, "w2", w2); a.err != nil || a.res.Status != fsm.StatusOK || a.res.Lock.LeaseID != "w2" {
+		t.Fatalf("w2 answered %+v, %v; want the grant", a.res, a.err)
+	}
+}
+
+// Review finding: two parked acquires of one lease (a raw client that
+// retried while its first attempt was parked). The first is granted; the
+// second's wait then ran out and it was told the lock is held by its own
+// lease, while the same acquire without wait_ms would answer 200.
+func TestWaiterWhoseLeaseHoldsIsAnsweredAsTheHolder(t *testing.T) {
+	s := newScriptedQueue(func(_ int, c fsm.Command) (fsm.Result, error) {
+		return fsm.Result{Status: fsm.StatusOK, Lock: fsm.Lock{Name: c.Name, LeaseID: c.LeaseID, Token: 7}}, nil
+	})
+	s.setHolder(fsm.Lock{LeaseID: "A"}, true)
+	first := s.park(t, "B", 1)
+	second := s.park(t, "B", 2)
+	s.setHolder(fsm.Lock{LeaseID: "B", Token: 7}, true)
+	s.q.freed([]string{"L"}) // serve grants the head, then stops: the lock is taken
+	if a := receive(t, "first", first); a.err != nil || a.res.Lock.Token != 7 {
+		t.Fatalf("first answered %+v, %v; want the grant", a.res, a.err)
+	}
+	s.timer <- time.Now() // the second attempt's wait runs out
+	a := receive(t, "second", second)
+	if a.err != nil || a.res.Status != fsm.StatusOK || a.res.Lock.Token != 7 {
+		t.Fatalf("second attempt of the holding lease answered %+v, %v; want OK with token 7", a.res, a.err)
+	}
+}

@@ -63,14 +63,19 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 	if cmd.LeaseID == "" {
 		cmd.LeaseID = NewLeaseID()
 	}
-	if held, ok := n.heldHere(cmd); ok {
+	if held, term, ok := n.heldHere(cmd); ok {
 		if err := n.raft.VerifyLeader().Error(); err != nil {
 			return fsm.Result{}, raftError("verify leader", err)
 		}
-		if wait <= 0 {
-			return held, nil
+		// The state read must be of the term just verified: a node deposed
+		// and re-elected meanwhile may hold an answer another leader has
+		// since made false. Then let the log decide.
+		if n.raft.CurrentTerm() == term && n.readyTerm.Load() == term {
+			if wait <= 0 {
+				return held, nil
+			}
+			return n.waiters.wait(ctx, cmd, held, wait)
 		}
-		return n.waiters.wait(ctx, cmd, held, wait)
 	}
 	r, err := n.applyAdmitted(cmd)
 	if err != nil || r.Status != fsm.StatusHeld || wait <= 0 {
@@ -87,27 +92,28 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 // this node still leads (VerifyLeader after the read: a quorum still taking
 // this leader means no other leader can have acknowledged anything since).
 // Polling clients then cost the leader a heartbeat round instead of a
-// replicated, fsynced entry each.
-func (n *Node) heldHere(cmd fsm.Command) (fsm.Result, bool) {
-	term := n.raft.CurrentTerm()
+// replicated, fsynced entry each. It returns the term it read in: the caller
+// must find the same term after VerifyLeader.
+func (n *Node) heldHere(cmd fsm.Command) (r fsm.Result, term uint64, ok bool) {
+	term = n.raft.CurrentTerm()
 	if n.readyTerm.Load() != term {
-		return fsm.Result{}, false
+		return fsm.Result{}, term, false
 	}
 	holder, held := n.machine.Get(cmd.Name)
 	if held && holder.LeaseID == cmd.LeaseID {
-		return fsm.Result{}, false // a retry by the holder: through the log, it refreshes the lease
+		return fsm.Result{}, term, false // a retry by the holder: through the log, it refreshes the lease
 	}
 	if n.waiters.queued(cmd.Name) {
-		return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, true
+		return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, term, true
 	}
 	if !held {
-		return fsm.Result{}, false
+		return fsm.Result{}, term, false
 	}
 	c := n.machine.Clock()
 	if c.Term != term || c.Now+(n.clock.Now()-c.Stamp) >= holder.Deadline {
-		return fsm.Result{}, false // due (or no stamp of ours yet): let the log decide
+		return fsm.Result{}, term, false // due (or no stamp of ours yet): let the log decide
 	}
-	return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, true
+	return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, term, true
 }
 
 // Waiters returns how many acquires are parked on this node.
