@@ -266,6 +266,7 @@ func TestNoLeaderWhenQuorumLost(t *testing.T) {
 		}
 	}
 	req, _ := http.NewRequest("POST", survivor.URL()+"/v1/locks/acquire", bytes.NewReader([]byte(`{"name":"q","ttl_ms":1000}`)))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
