@@ -263,7 +263,17 @@ func (n *Node) applyExt(cmd fsm.Command, x extension) (fsm.Result, uint64, error
 	if _, bad := n.Diverged(); bad {
 		return fsm.Result{}, 0, ErrDiverged
 	}
+	// A stamp must be read in the term its entry is logged in: the FSM bases
+	// a new term's clock on the term's first stamp, so a stamp read before a
+	// step-down and logged after this node is elected again would count
+	// again time the FSM has already counted (an early expiry). Raft rejects
+	// entries offered while it does not lead; what remains is the moment
+	// between this check and the offer (fsm/DESIGN.md, "Stale stamps").
+	term := n.raft.CurrentTerm()
 	cmd.Stamp = n.clock.Now()
+	if n.raft.CurrentTerm() != term {
+		return fsm.Result{}, 0, ErrNotLeader
+	}
 	data := cmd.Encode(nil)
 	f := n.raft.ApplyLog(raft.Log{Data: data, Extensions: encodeExtension(data, x)}, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
