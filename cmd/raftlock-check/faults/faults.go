@@ -76,104 +76,25 @@ func (in *Injector) between(lo, hi time.Duration) time.Duration {
 func (in *Injector) Inject(ctx context.Context, kind string) Fault {
 	f := Fault{Kind: kind, Start: history.Now()}
 	err := func() error {
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		// readyCtx bounds the wait for a leader and the fault's requests.
+		readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		leader, err := in.C.WaitReady(lctx)
+		leader, err := in.C.WaitReady(readyCtx)
 		if err != nil {
 			return err
 		}
 		f.Start = history.Now()
 		switch kind {
 		case LeaderKill:
-			f.Target = leader.ID
-			down := in.between(0, 5*time.Second)
-			leader.Kill()
-			f.Detail = fmt.Sprintf("kill -9, restarted after %v", down.Round(time.Millisecond))
-			in.sleep(ctx, down)
-			return leader.Start()
+			return in.killLeader(ctx, readyCtx, leader, &f)
 		case LeaderPause:
-			f.Target = leader.ID
-			d := in.between(in.TTL/2, 3*in.TTL)
-			f.Detail = fmt.Sprintf("SIGSTOP for %v", d.Round(time.Millisecond))
-			leader.Pause()
-			in.sleep(ctx, d)
-			return leader.Resume()
+			return in.pauseLeader(ctx, readyCtx, leader, &f)
 		case Transfer:
-			f.Target = leader.ID
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, leader.URL()+"/v1/cluster/transfer-leadership", strings.NewReader("{}"))
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("transfer-leadership: status %d", resp.StatusCode)
-			}
-			l, err := in.C.WaitReady(lctx)
-			if err == nil {
-				f.Detail = "new leader " + l.ID
-			}
-			return err
+			return in.transferLeadership(ctx, readyCtx, leader, &f)
 		case FollowerRestart:
-			var fol *cluster.Node
-			for _, n := range in.C.Nodes {
-				if n != leader && n.Running() {
-					fol = n
-				}
-			}
-			if fol == nil {
-				return fmt.Errorf("no follower")
-			}
-			f.Target = fol.ID
-			before := countInLog(fol.LogPath, "Installed remote snapshot")
-			snaps := countInLog(leader.LogPath, "snapshot complete up to")
-			fol.Kill()
-			t0 := time.Now()
-			in.sleep(ctx, in.between(2*time.Second, 5*time.Second))
-			for time.Since(t0) < in.SnapshotWait && ctx.Err() == nil && countInLog(leader.LogPath, "snapshot complete up to") == snaps {
-				in.sleep(ctx, 200*time.Millisecond)
-			}
-			down := time.Since(t0)
-			if err := fol.Start(); err != nil {
-				return err
-			}
-			if err := in.caughtUp(ctx, fol, 20*time.Second); err != nil {
-				return err
-			}
-			how := "by log replay"
-			if countInLog(fol.LogPath, "Installed remote snapshot") > before {
-				how = "by snapshot"
-			}
-			f.Detail = fmt.Sprintf("kill -9, down %v, caught up %s", down.Round(time.Millisecond), how)
-			return nil
+			return in.restartFollower(ctx, readyCtx, leader, &f)
 		case HolderPause:
-			var locks struct {
-				Locks []model.LockView `json:"locks"`
-			}
-			for try := 0; ; try++ {
-				if err := in.C.Get(lctx, leader, "/v1/locks?prefix=", &locks); err != nil {
-					return err
-				}
-				in.Rnd.Shuffle(len(locks.Locks), func(i, j int) { locks.Locks[i], locks.Locks[j] = locks.Locks[j], locks.Locks[i] })
-				for _, l := range locks.Locks {
-					pid, ok := in.Clients(l.Owner)
-					if !ok {
-						continue
-					}
-					ttl := time.Duration(l.TTLMs) * time.Millisecond
-					d := in.between(ttl*3/2, 3*ttl)
-					f.Target = l.Owner
-					f.Detail = fmt.Sprintf("SIGSTOP holder of %q (token %d, ttl %v) for %v", l.Name, l.Token, ttl, d.Round(time.Millisecond))
-					syscall.Kill(pid, syscall.SIGSTOP)
-					in.sleep(ctx, d)
-					return syscall.Kill(pid, syscall.SIGCONT)
-				}
-				if try > 40 || ctx.Err() != nil {
-					return fmt.Errorf("no client held a lock")
-				}
-				in.sleep(ctx, 50*time.Millisecond)
-			}
+			return in.pauseHolder(ctx, readyCtx, leader, &f)
 		}
 		return fmt.Errorf("unknown fault %q", kind)
 	}()
@@ -182,6 +103,115 @@ func (in *Injector) Inject(ctx context.Context, kind string) Fault {
 	}
 	f.End = history.Now()
 	return f
+}
+
+// killLeader kills the leader with SIGKILL and restarts it after up to 5s.
+func (in *Injector) killLeader(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+	f.Target = leader.ID
+	down := in.between(0, 5*time.Second)
+	leader.Kill()
+	f.Detail = fmt.Sprintf("kill -9, restarted after %v", down.Round(time.Millisecond))
+	in.sleep(ctx, down)
+	return leader.Start()
+}
+
+// pauseLeader stops the leader with SIGSTOP for TTL/2 to 3×TTL.
+func (in *Injector) pauseLeader(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+	f.Target = leader.ID
+	stopped := in.between(in.TTL/2, 3*in.TTL)
+	f.Detail = fmt.Sprintf("SIGSTOP for %v", stopped.Round(time.Millisecond))
+	leader.Pause()
+	in.sleep(ctx, stopped)
+	return leader.Resume()
+}
+
+// transferLeadership asks the leader to hand leadership over and waits for
+// the new one.
+func (in *Injector) transferLeadership(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+	f.Target = leader.ID
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, leader.URL()+"/v1/cluster/transfer-leadership", strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("transfer-leadership: status %d", resp.StatusCode)
+	}
+	newLeader, err := in.C.WaitReady(readyCtx)
+	if err == nil {
+		f.Detail = "new leader " + newLeader.ID
+	}
+	return err
+}
+
+// restartFollower kills a follower, keeps it down for 2-5s and then, up to
+// SnapshotWait, until the leader snapshots (so that it may have to catch up
+// by one), restarts it and waits for it to catch up.
+func (in *Injector) restartFollower(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+	var follower *cluster.Node
+	for _, n := range in.C.Nodes {
+		if n != leader && n.Running() {
+			follower = n
+		}
+	}
+	if follower == nil {
+		return fmt.Errorf("no follower")
+	}
+	f.Target = follower.ID
+	installedBefore := countInLog(follower.LogPath, "Installed remote snapshot")
+	leaderSnapshots := countInLog(leader.LogPath, "snapshot complete up to")
+	follower.Kill()
+	killedAt := time.Now()
+	in.sleep(ctx, in.between(2*time.Second, 5*time.Second))
+	for time.Since(killedAt) < in.SnapshotWait && ctx.Err() == nil && countInLog(leader.LogPath, "snapshot complete up to") == leaderSnapshots {
+		in.sleep(ctx, 200*time.Millisecond)
+	}
+	down := time.Since(killedAt)
+	if err := follower.Start(); err != nil {
+		return err
+	}
+	if err := in.caughtUp(ctx, follower, 20*time.Second); err != nil {
+		return err
+	}
+	how := "by log replay"
+	if countInLog(follower.LogPath, "Installed remote snapshot") > installedBefore {
+		how = "by snapshot"
+	}
+	f.Detail = fmt.Sprintf("kill -9, down %v, caught up %s", down.Round(time.Millisecond), how)
+	return nil
+}
+
+// pauseHolder stops a client that holds a lock with SIGSTOP for 1.5 to 3
+// times its TTL.
+func (in *Injector) pauseHolder(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+	var locks struct {
+		Locks []model.LockView `json:"locks"`
+	}
+	for try := 0; ; try++ {
+		if err := in.C.Get(readyCtx, leader, "/v1/locks?prefix=", &locks); err != nil {
+			return err
+		}
+		in.Rnd.Shuffle(len(locks.Locks), func(i, j int) { locks.Locks[i], locks.Locks[j] = locks.Locks[j], locks.Locks[i] })
+		for _, l := range locks.Locks {
+			pid, ok := in.Clients(l.Owner)
+			if !ok {
+				continue
+			}
+			ttl := time.Duration(l.TTLMs) * time.Millisecond
+			stopped := in.between(ttl*3/2, 3*ttl)
+			f.Target = l.Owner
+			f.Detail = fmt.Sprintf("SIGSTOP holder of %q (token %d, ttl %v) for %v", l.Name, l.Token, ttl, stopped.Round(time.Millisecond))
+			syscall.Kill(pid, syscall.SIGSTOP)
+			in.sleep(ctx, stopped)
+			return syscall.Kill(pid, syscall.SIGCONT)
+		}
+		if try > 40 || ctx.Err() != nil {
+			return fmt.Errorf("no client held a lock")
+		}
+		in.sleep(ctx, 50*time.Millisecond)
+	}
 }
 
 // caughtUp waits until n has applied everything the leader had committed
