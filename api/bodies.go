@@ -109,10 +109,13 @@ type LockList struct {
 	Truncated bool   `json:"truncated"` // more locks match than were returned
 }
 
-// Cluster answers GET /v1/cluster: the answering node's view.
+// Cluster answers GET /v1/cluster: the answering node's view. Members also
+// read it from each other as their progress (ID, Leader, Term, LastIndex).
 type Cluster struct {
+	ID           string `json:"id"` // the answering node
 	Leader       string `json:"leader"`
 	Term         uint64 `json:"term"`
+	LastIndex    uint64 `json:"last_index"` // the last index in its log
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 	Nodes        []Node `json:"nodes"`

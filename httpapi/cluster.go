@@ -10,26 +10,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/raftlock/raftlock/raftnode"
+	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/internal/store"
 )
-
-type nodeView struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr"`
-	Voter    bool   `json:"voter"`
-	Leader   bool   `json:"leader"`
-}
-
-type clusterView struct {
-	ID           string     `json:"id"` // the answering node
-	Leader       string     `json:"leader"`
-	Term         uint64     `json:"term"`
-	LastIndex    uint64     `json:"last_index"`
-	CommitIndex  uint64     `json:"commit_index"`
-	AppliedIndex uint64     `json:"applied_index"`
-	Nodes        []nodeView `json:"nodes"`
-}
 
 // cluster answers from this node's view, on any node.
 func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
@@ -38,9 +21,9 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	v := clusterView{ID: st.ID, Leader: st.Leader, Term: st.Term, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Nodes: []nodeView{}}
+	v := api.Cluster{ID: st.ID, Leader: st.Leader, Term: st.Term, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Nodes: []api.Node{}}
 	for _, n := range st.Nodes {
-		v.Nodes = append(v.Nodes, nodeView{n.ID, n.RaftAddr, n.HTTPAddr, n.Voter, n.Leader})
+		v.Nodes = append(v.Nodes, api.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, Voter: n.Voter, Leader: n.Leader})
 	}
 	writeJSON(w, http.StatusOK, v)
 }
@@ -50,7 +33,7 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 // member's API, over https with tlsCfg when set, with token when set, as
 // the forwarder calls the leader. Connections are not kept: members are
 // asked once per round, and a pool must not outlive a closed node.
-func ProgressFetcher(tlsCfg *tls.Config, token string) raftnode.ProgressFetcher {
+func ProgressFetcher(tlsCfg *tls.Config, token string) store.ProgressFetcher {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DisableKeepAlives = true
 	scheme := "http://"
@@ -58,57 +41,53 @@ func ProgressFetcher(tlsCfg *tls.Config, token string) raftnode.ProgressFetcher 
 		t.TLSClientConfig, scheme = tlsCfg.Clone(), "https://"
 	}
 	hc := &http.Client{Transport: t}
-	return func(ctx context.Context, id, httpAddr string) (raftnode.Progress, error) {
+	return func(ctx context.Context, id, httpAddr string) (store.Progress, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+httpAddr+"/v1/cluster", nil)
 		if err != nil {
-			return raftnode.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
+			return store.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
 		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
-			return raftnode.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
+			return store.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return raftnode.Progress{}, fmt.Errorf("progress of %s at %s: status %d", id, httpAddr, resp.StatusCode)
+			return store.Progress{}, fmt.Errorf("progress of %s at %s: status %d", id, httpAddr, resp.StatusCode)
 		}
-		var v clusterView
+		var v api.Cluster
 		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
-			return raftnode.Progress{}, fmt.Errorf("progress of %s at %s: %w", id, httpAddr, err)
+			return store.Progress{}, fmt.Errorf("progress of %s at %s: %w", id, httpAddr, err)
 		}
-		return raftnode.Progress{ID: v.ID, Leader: v.Leader, Term: v.Term, LastIndex: v.LastIndex}, nil
+		return store.Progress{ID: v.ID, Leader: v.Leader, Term: v.Term, LastIndex: v.LastIndex}, nil
 	}
 }
-
-// codeUnsafeChange: a membership change the leader refused because the
-// voters left would not hold a healthy quorum.
-const codeUnsafeChange = "unsafe_change"
 
 // membershipError gives a membership refusal its status: 400 naming the
 // field for a malformed member, 409 for an unsafe change.
 func membershipError(err error) error {
-	var me *raftnode.MemberError
+	var me *store.MemberError
 	switch {
 	case errors.As(err, &me):
 		return badRequest("%s", me.Error())
-	case errors.Is(err, raftnode.ErrUnsafeChange):
-		return &apiError{http.StatusConflict, codeUnsafeChange, err.Error()}
+	case errors.Is(err, store.ErrUnsafeChange):
+		return &apiError{http.StatusConflict, api.CodeUnsafeChange, err.Error()}
 	}
 	return err
 }
 
 func (s *Server) join(ctx context.Context, req *joinRequest) (int, any, error) {
 	// Checked here too, so a follower answers 400 without forwarding.
-	if err := raftnode.ValidateMember(req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
+	if err := store.ValidateMember(req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
 		return 0, nil, membershipError(err)
 	}
 	if err := s.store.Join(ctx, req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
 		return 0, nil, membershipError(err)
 	}
 	s.log.Info("node joined", "id", req.ID, "raft_addr", req.RaftAddr, "http_addr", req.HTTPAddr)
-	return http.StatusOK, map[string]string{"joined": req.ID}, nil
+	return http.StatusOK, api.Joined{Joined: req.ID}, nil
 }
 
 func (s *Server) leave(ctx context.Context, req *leaveRequest) (int, any, error) {
@@ -116,14 +95,14 @@ func (s *Server) leave(ctx context.Context, req *leaveRequest) (int, any, error)
 		return 0, nil, membershipError(err)
 	}
 	s.log.Info("node left", "id", req.ID)
-	return http.StatusOK, map[string]string{"left": req.ID}, nil
+	return http.StatusOK, api.Left{Left: req.ID}, nil
 }
 
 func (s *Server) transfer(ctx context.Context, req *transferRequest) (int, any, error) {
 	if err := s.store.TransferLeadership(ctx, req.ID); err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, map[string]string{"leader": s.successor(ctx)}, nil
+	return http.StatusOK, api.Transferred{Leader: s.successor(ctx)}, nil
 }
 
 // successor waits (up to LeaderWait) until this node, which just handed
@@ -146,13 +125,13 @@ func (s *Server) successor(ctx context.Context) string {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if !s.store.Ready() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false})
+		writeJSON(w, http.StatusServiceUnavailable, api.Ready{Ready: false})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true})
+	writeJSON(w, http.StatusOK, api.Ready{Ready: true})
 }

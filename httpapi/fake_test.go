@@ -17,7 +17,6 @@ import (
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/store"
-	"github.com/raftlock/raftlock/raftnode"
 )
 
 // fakeStore is a Store made of function fields (after hraftd and rqlite's
@@ -31,7 +30,7 @@ type fakeStore struct {
 	apply         func(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	read          func(ctx context.Context, stale bool) (store.LockReader, error)
 	ready         func() bool
-	status        func() (raftnode.Status, error)
+	status        func() (store.Status, error)
 	join          func(ctx context.Context, id, raftAddr, httpAddr string) error
 	leave         func(ctx context.Context, id string) error
 	transfer      func(ctx context.Context, id string) error
@@ -126,11 +125,11 @@ func (f *fakeStore) Ready() bool {
 	return true
 }
 
-func (f *fakeStore) Status() (raftnode.Status, error) {
+func (f *fakeStore) Status() (store.Status, error) {
 	if f.status != nil {
 		return f.status()
 	}
-	return raftnode.Status{Leader: f.id}, nil
+	return store.Status{Leader: f.id}, nil
 }
 
 func (f *fakeStore) Join(ctx context.Context, id, raftAddr, httpAddr string) error {

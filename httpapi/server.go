@@ -16,7 +16,6 @@ import (
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/store"
-	"github.com/raftlock/raftlock/raftnode"
 )
 
 // Store is what the API needs of a node. raftnode.Node implements it; tests
@@ -30,7 +29,7 @@ type Store interface {
 	Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error)
 	Read(ctx context.Context, stale bool) (store.LockReader, error)
 	Ready() bool
-	Status() (raftnode.Status, error)
+	Status() (store.Status, error)
 	Join(ctx context.Context, id, raftAddr, httpAddr string) error
 	Leave(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error

@@ -5,36 +5,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
-// Status describes the cluster as this node sees it.
-type Status struct {
-	ID           string // this node's id
-	Leader       string
-	Term         uint64
-	LastIndex    uint64 // the last index in this node's log
-	CommitIndex  uint64
-	AppliedIndex uint64
-	Nodes        []NodeInfo
-}
-
-// NodeInfo is one member of the Raft configuration.
-type NodeInfo struct {
-	ID       string
-	RaftAddr string
-	HTTPAddr string
-	Voter    bool
-	Leader   bool
-}
+// Status and NodeInfo are declared in internal/store, so that the HTTP
+// layer reads them without importing raftnode.
+type (
+	Status   = store.Status
+	NodeInfo = store.NodeInfo
+)
 
 // Status returns the Raft configuration with each node's HTTP address.
 func (n *Node) Status() (Status, error) {
@@ -63,64 +49,13 @@ func (n *Node) Status() (Status, error) {
 	return s, nil
 }
 
-// MemberError is a join request with a malformed field.
-type MemberError struct {
-	Field string // id, raft_addr or http_addr
-	Msg   string
-}
+// MemberError is a join request with a malformed field (internal/store).
+type MemberError = store.MemberError
 
-func (e *MemberError) Error() string { return e.Field + ": " + e.Msg }
-
-// maxIDLen bounds a node id; ids are in every configuration entry and log line.
-const maxIDLen = 64
-
-// ValidateMember checks a joining node's id and addresses: an id of 1 to 64
-// characters of [A-Za-z0-9._-], and host:port addresses another node can
-// dial (no unspecified host, a port from 1 to 65535). httpAddr may be empty.
-// Nothing is resolved here (a name may resolve later, or only on peers).
+// ValidateMember checks a joining node's id and addresses (the rule is in
+// internal/store, which the HTTP layer checks with too).
 func ValidateMember(id, raftAddr, httpAddr string) error {
-	if len(id) == 0 || len(id) > maxIDLen {
-		return &MemberError{"id", fmt.Sprintf("must be 1 to %d characters of [A-Za-z0-9._-]", maxIDLen)}
-	}
-	for _, c := range []byte(id) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return &MemberError{"id", fmt.Sprintf("must be 1 to %d characters of [A-Za-z0-9._-]", maxIDLen)}
-		}
-	}
-	if err := validAddr(raftAddr); err != nil {
-		return &MemberError{"raft_addr", err.Error()}
-	}
-	if httpAddr != "" {
-		if err := validAddr(httpAddr); err != nil {
-			return &MemberError{"http_addr", err.Error()}
-		}
-	}
-	return nil
-}
-
-func validAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
-		return fmt.Errorf("%q is not host:port", addr)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("%q: port must be 1 to 65535", addr)
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		if ip.IsUnspecified() || ip.IsMulticast() {
-			return fmt.Errorf("%q: %s is not an address other nodes can dial", addr, host)
-		}
-		return nil
-	}
-	if len(host) > 253 {
-		return fmt.Errorf("%q: host name too long", addr)
-	}
-	for _, c := range []byte(host) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
-			return fmt.Errorf("%q: %q is neither an IP address nor a host name", addr, host)
-		}
-	}
-	return nil
+	return store.ValidateMember(id, raftAddr, httpAddr)
 }
 
 // Join adds a node as a non-voter, or records the HTTP address of one that
