@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
 // A joined node becomes a voter only once it has caught up, as Consul's
@@ -22,19 +23,17 @@ import (
 
 // ErrUnsafeChange: a membership change would leave fewer healthy voters than
 // a quorum, so the cluster could not elect a leader or commit afterwards.
-var ErrUnsafeChange = errors.New("unsafe membership change")
+// It, Progress and ProgressFetcher are declared in internal/store, so that
+// the HTTP layer that serves and fetches progress need not import raftnode.
+var ErrUnsafeChange = store.ErrUnsafeChange
 
-// Progress is what a member reports of itself.
-type Progress struct {
-	ID        string // the member's own id
-	Leader    string // the id of the leader it follows, "" if none
-	Term      uint64 // its current term
-	LastIndex uint64 // the last index in its log
-}
-
-// ProgressFetcher asks the member id, whose API listens at httpAddr, for its
-// own Progress. It must return once ctx ends.
-type ProgressFetcher func(ctx context.Context, id, httpAddr string) (Progress, error)
+type (
+	// Progress is what a member reports of itself.
+	Progress = store.Progress
+	// ProgressFetcher asks a member for its own Progress; it must return
+	// once ctx ends.
+	ProgressFetcher = store.ProgressFetcher
+)
 
 // PromoteMaxLag is how many entries a non-voter may trail the leader's last
 // index and still be promoted: close enough to vote and acknowledge at once.
