@@ -68,6 +68,7 @@ type Tokens struct {
 type tokenEntry struct {
 	hash [sha256.Size]byte
 	role Role
+	name string // the tenant admission counts its writes against
 }
 
 // minTokenLen keeps guessable tokens out of the file.
@@ -87,8 +88,10 @@ func LoadTokens(path string) (*Tokens, error) {
 	return t, nil
 }
 
-// ParseTokens reads lines "TOKEN ROLE", ROLE one of read-only, read-write
-// or admin. TOKEN is at least 16 characters, or "sha256:" and the hex
+// ParseTokens reads lines "TOKEN ROLE [NAME]", ROLE one of read-only,
+// read-write or admin; NAME is the tenant admission control counts the
+// token's writes against (default: "sha256:" and the first 8 hex digits of
+// the token's hash). TOKEN is at least 16 characters, or "sha256:" and the hex
 // SHA-256 of the token, so the file need not hold the secret itself. A #
 // starts a comment line, or a comment after the role; blank lines are
 // skipped. Errors name the line, never
@@ -103,11 +106,14 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 			continue
 		}
 		fields := strings.Fields(text)
-		if len(fields) > 2 && strings.HasPrefix(fields[2], "#") {
-			fields = fields[:2] // a comment after the role
+		for i, f := range fields {
+			if i >= 2 && strings.HasPrefix(f, "#") {
+				fields = fields[:i] // a comment after the role or name
+				break
+			}
 		}
-		if len(fields) != 2 {
-			return nil, fmt.Errorf("line %d: want \"TOKEN ROLE\"", line)
+		if len(fields) != 2 && len(fields) != 3 {
+			return nil, fmt.Errorf("line %d: want \"TOKEN ROLE [NAME]\"", line)
 		}
 		role, ok := roleNames[fields[1]]
 		if !ok {
@@ -130,6 +136,10 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 				t.admin = fields[0]
 			}
 		}
+		e.name = "sha256:" + hex.EncodeToString(e.hash[:4])
+		if len(fields) == 3 {
+			e.name = fields[2]
+		}
 		if seen[e.hash] {
 			return nil, fmt.Errorf("line %d: token listed twice", line)
 		}
@@ -150,18 +160,18 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 // --join-token is given.
 func (t *Tokens) AdminToken() string { return t.admin }
 
-// lookup returns the role of token, RoleNone when it is unknown. It looks
+// lookup returns the role and name of token, RoleNone when it is unknown. It looks
 // at every entry, matched or not, so its timing does not depend on which
 // entry (if any) matches.
-func (t *Tokens) lookup(token string) Role {
+func (t *Tokens) lookup(token string) (Role, string) {
 	h := sha256.Sum256([]byte(token))
-	role := RoleNone
+	role, name := RoleNone, ""
 	for _, e := range t.entries {
 		if subtle.ConstantTimeCompare(h[:], e.hash[:]) == 1 {
-			role = e.role
+			role, name = e.role, e.name
 		}
 	}
-	return role
+	return role, name
 }
 
 // authorize is mux middleware (it needs the matched route): it lets a
@@ -190,7 +200,7 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			writeError(w, &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "a bearer token is required (Authorization: Bearer TOKEN)"})
 			return
 		}
-		have := s.opts.Tokens.lookup(token)
+		have, name := s.opts.Tokens.lookup(token)
 		switch {
 		case have == RoleNone:
 			refuseBody(w, r)
@@ -203,7 +213,7 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="insufficient_scope"`)
 			writeError(w, &apiError{http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("a %s token cannot %s %s; it needs %s", have, r.Method, r.URL.Path, need)})
 		default:
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, withTenant(r, name))
 		}
 	})
 }

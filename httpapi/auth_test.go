@@ -49,7 +49,7 @@ func testTokens(t *testing.T) *Tokens {
 func TestParseTokens(t *testing.T) {
 	toks := testTokens(t)
 	for tok, want := range map[string]Role{tokRO: RoleReadOnly, tokRW: RoleReadWrite, tokAdmin: RoleAdmin, tokHashed: RoleAdmin, tokUnknown: RoleNone, "": RoleNone} {
-		if got := toks.lookup(tok); got != want {
+		if got, _ := toks.lookup(tok); got != want {
 			t.Errorf("role of %q: %v, want %v", tok, got, want)
 		}
 	}
@@ -60,8 +60,8 @@ func TestParseTokens(t *testing.T) {
 	secret := "s3cret-token-that-must-not-leak"
 	for _, c := range []struct{ file, msg string }{
 		{secret + " root", `line 1: role "root"`},
-		{"# c\n" + secret, "line 2: want \"TOKEN ROLE\""},
-		{secret + " admin extra", "line 1: want \"TOKEN ROLE\""},
+		{"# c\n" + secret, "line 2: want \"TOKEN ROLE [NAME]\""},
+		{secret + " admin name extra", "line 1: want \"TOKEN ROLE [NAME]\""},
 		{"short admin", "line 1: token shorter than 16"},
 		{secret + " admin\n" + secret + " read-only", "line 2: token listed twice"},
 		{"sha256:abcd admin", "line 1: sha256: needs 64 hex digits"},
@@ -212,7 +212,7 @@ func TestAuthForwardedKeepsToken(t *testing.T) {
 	}
 	// The leader refuses what the follower let through (say their token
 	// files differ): its 401 reaches the client with its challenge.
-	s.opts.Tokens.entries = append(s.opts.Tokens.entries, tokenEntry{sha256.Sum256([]byte(tokUnknown)), RoleAdmin})
+	s.opts.Tokens.entries = append(s.opts.Tokens.entries, tokenEntry{hash: sha256.Sum256([]byte(tokUnknown)), role: RoleAdmin})
 	rec = do(t, s, "POST", "/v1/cluster/leave", `{"id":"n4"}`, "Authorization", "Bearer "+tokUnknown)
 	wantError(t, rec, http.StatusUnauthorized, "unauthorized", "unknown bearer token")
 	if !strings.Contains(rec.Header().Get("WWW-Authenticate"), "invalid_token") {

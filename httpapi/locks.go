@@ -46,7 +46,7 @@ func acquireWait(req *acquireRequest) time.Duration {
 
 func (s *Server) acquire(ctx context.Context, req *acquireRequest) (int, any, error) {
 	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs}
-	res, err := s.store.Acquire(ctx, cmd, acquireWait(req))
+	res, err := s.acquireGated(ctx, cmd, acquireWait(req))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -58,7 +58,7 @@ func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error)
 	if req.TTLMs != nil {
 		cmd.TTL = *req.TTLMs
 	}
-	res, err := s.store.Apply(ctx, cmd)
+	res, err := s.applyGated(ctx, cmd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -66,7 +66,7 @@ func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error)
 }
 
 func (s *Server) release(ctx context.Context, req *releaseRequest) (int, any, error) {
-	res, err := s.store.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: req.Name, LeaseID: req.LeaseID})
+	res, err := s.applyGated(ctx, fsm.Command{Op: fsm.OpRelease, Name: req.Name, LeaseID: req.LeaseID})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -74,3 +74,28 @@ func markForwarded(w http.ResponseWriter) {
 		sw.forwarded = true
 	}
 }
+
+// registerAdmissionMetrics exports the gate's state, and returns the counter
+// of its decisions by tenant (top tenants by name, the rest "other").
+func registerAdmissionMetrics(reg prometheus.Registerer, a *admitter) *prometheus.CounterVec {
+	results := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftlock_admission_requests_total",
+		Help: "Writes the adaptive gate admitted or shed (429), by tenant (the busiest by name, the rest \"other\") and result.",
+	}, []string{"tenant", "result"})
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	reg.MustRegister(results,
+		gauge("raftlock_admission_limit", "The adaptive limit on client writes in flight through Raft.",
+			func() float64 { return float64(a.limit.Current()) }),
+		gauge("raftlock_admission_inflight", "Client writes admitted and in flight through Raft.",
+			func() float64 { return float64(a.gate.InFlight()) }),
+		gauge("raftlock_admission_tenants", "Tenants with writes in flight.",
+			func() float64 { return float64(a.gate.Tenants()) }),
+		gauge("raftlock_admission_baseline_latency_seconds", "The controller's estimate of the unloaded write latency.",
+			func() float64 { b, _ := a.limit.Latencies(); return b.Seconds() }),
+		gauge("raftlock_admission_recent_latency_seconds", "The average write latency of the controller's last window.",
+			func() float64 { _, r := a.limit.Latencies(); return r.Seconds() }),
+	)
+	return results
+}

@@ -57,6 +57,8 @@ type Options struct {
 	ForwardTLS *tls.Config
 	// Limits bound slow and numerous clients (limits.go).
 	Limits Limits
+	// Admission is the adaptive, per-tenant limit on writes (admission.go).
+	Admission Admission
 }
 
 // Server is the HTTP API of one node.
@@ -67,6 +69,8 @@ type Server struct {
 	handler http.Handler
 	forward *forwarder
 	rateLog *rateLogger // client-caused warnings, at a bounded rate
+	// admission gates writes into the store; nil when off.
+	admission *admitter
 }
 
 // New builds the API handler for store.
@@ -89,6 +93,7 @@ func New(store Store, opts Options) *Server {
 	opts.Limits.setDefaults()
 	s := &Server{store: store, opts: opts, log: opts.Logger.Named("http"), forward: newForwarder(store.ID(), opts.ForwardTLS)}
 	s.rateLog = newRateLogger(s.log, 20, 10*time.Second)
+	s.admission = newAdmitter(opts.Admission, opts.Registry)
 	r := mux.NewRouter().SkipClean(true).UseEncodedPath() // never redirect p//q to p/q: another lock
 	r.Use(newHTTPMetrics(opts.Registry).instrument)
 	r.Use(s.inflight)
