@@ -51,6 +51,7 @@ type serveConfig struct {
 	logJSON     bool
 	debugAddr   string
 	bodyTimeout time.Duration // time to receive a request body; 0: httpapi's default
+	admission   admissionFlags
 
 	apiTLS     *tls.Config     // HTTPS server config; nil: plain HTTP
 	forwardTLS *tls.Config     // client config for forwarding to the leader
@@ -82,7 +83,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Uint64Var(&c.node.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.Uint64Var(&c.node.TrailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
 	fs.DurationVar(&c.node.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often Raft checks the snapshot threshold")
-	fs.IntVar(&c.node.MaxPendingApplies, "max-pending-applies", 1024, "client writes in flight through Raft before more are shed with 429")
+	fs.IntVar(&c.node.MaxPendingApplies, "max-pending-applies", 1024, "client writes in flight through Raft before more are shed with 429 (the hard ceiling behind --admission)")
+	fs.BoolVar(&c.admission.on, "admission", true, "shed writes with 429 past an adaptive limit driven by commit latency, shared fairly between tenants (README: Admission control)")
+	fs.IntVar(&c.admission.Limit.Min, "admission-min", 8, "the adaptive limit's floor: writes in flight it always allows")
+	fs.IntVar(&c.admission.Limit.Max, "admission-max", 256, "the adaptive limit's ceiling; keep it under --max-pending-applies / 2")
+	fs.Float64Var(&c.admission.Limit.Tolerance, "admission-tolerance", 2, "commit latency, as a multiple of the unloaded one, past which the limit shrinks")
 	fs.Uint64Var(&c.node.ReadyMaxLag, "ready-max-lag", raftnode.DefaultReadyMaxLag, "a follower this many entries behind the leader's commit index is not ready (/readyz)")
 	fs.BoolVar(&c.node.AllowLostVoteRecord, "allow-lost-vote-record", false, "start although the data dir holds Raft state but raft.db lost its vote record (risk: two leaders in one term)")
 	sec := addSecurityFlags(fs)
@@ -215,7 +220,7 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	// The API's limits (slow bodies, header size, connection and in-flight
 	// caps) come with its server and listener; see httpapi/limits.go.
 	api := httpapi.New(node, httpapi.Options{Logger: logger, Registry: reg, Tokens: cfg.tokens, ForwardTLS: cfg.forwardTLS,
-		Limits: httpapi.Limits{BodyTimeout: cfg.bodyTimeout}})
+		Limits: httpapi.Limits{BodyTimeout: cfg.bodyTimeout}, Admission: cfg.admission.options()})
 	srv := api.HTTPServer(cfg.apiTLS)
 	ln = api.Listener(ln)
 	if cfg.debugAddr != "" {
