@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -36,8 +37,15 @@ not held before its TTL ran out. Any slip exits 1.
 Requests go over keep-alive HTTP straight to the leader (--via http), or
 through the Go client's TryAcquire/Renew/Release (--via client).
 
+Acquires shed with 429 overloaded are counted on a line of their own, with
+the latency of those answers (row "shed"). The leader's admission control
+counts writes per tenant, the lock name's first segment without tokens, so
+two runs with different --prefix are two tenants: run them at once to see
+a flood and a calm tenant side by side.
+
 Examples:
   raftlock bench --workers 16 --duration 30s
+  raftlock bench --prefix flood/ --workers 300 --duration 15s & raftlock bench --prefix calm/ --workers 4 --duration 15s
   raftlock bench --workers 64 --locks 8 --renew --json --endpoints http://127.0.0.1:8001,http://127.0.0.1:8002
 `
 
@@ -185,7 +193,9 @@ func newBench(cfg benchConfig, target benchTarget, timeout time.Duration) *bench
 
 // workerSamples are one worker's latencies, merged at the end so that
 // workers share no lock on the hot path.
-type workerSamples struct{ acquire, renew, release []time.Duration }
+// shed are the answers of acquires refused with 429 overloaded: how fast a
+// node says no matters as much as how fast it says yes.
+type workerSamples struct{ acquire, renew, release, shed []time.Duration }
 
 func (b *bench) run(ctx context.Context, stderr io.Writer) *benchReport {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.duration)
@@ -278,6 +288,9 @@ func (b *bench) worker(ctx context.Context, w int, s *workerSamples) {
 				return // the run ended mid-call: not the cluster's fault
 			}
 			b.fail(err)
+			if errKind(err) == kindOverloaded {
+				s.shed = append(s.shed, got.Sub(sent))
+			}
 			if errKind(err) == kindHeld {
 				sleepCtx(ctx, time.Millisecond) // let the holder finish
 			}
@@ -414,7 +427,8 @@ type benchReport struct {
 }
 
 // opStats are one call's successful answers and their latency percentiles,
-// taken from every sample (sorted), in milliseconds.
+// taken from every sample (sorted), in milliseconds. "shed" is the acquires
+// answered 429 overloaded.
 type opStats struct {
 	Count int64   `json:"count"`
 	P50   float64 `json:"p50_ms"`
@@ -439,9 +453,10 @@ func newOpStats(d []time.Duration) opStats {
 func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (b *bench) report(samples []workerSamples, elapsed time.Duration) *benchReport {
-	var acq, ren, rel []time.Duration
+	var acq, ren, rel, shed []time.Duration
 	for _, s := range samples {
 		acq, ren, rel = append(acq, s.acquire...), append(ren, s.renew...), append(rel, s.release...)
+		shed = append(shed, s.shed...)
 	}
 	r := &benchReport{
 		Workers: b.cfg.workers, Locks: b.cfg.locks, Contended: b.cfg.locks < b.cfg.workers,
@@ -452,6 +467,9 @@ func (b *bench) report(samples []workerSamples, elapsed time.Duration) *benchRep
 	}
 	if b.cfg.renew {
 		r.Ops["renew"] = newOpStats(ren)
+	}
+	if len(shed) > 0 {
+		r.Ops["shed"] = newOpStats(shed)
 	}
 	r.CyclesPerSec = float64(r.Cycles) / elapsed.Seconds()
 	b.mu.Lock()
@@ -475,7 +493,7 @@ func (r *benchReport) print(w io.Writer, via string) {
 		r.Workers, r.Locks, mode, time.Duration(r.TTLMs)*time.Millisecond, (time.Duration(r.DurationMs) * time.Millisecond).Round(time.Millisecond), via)
 	fmt.Fprintf(w, "cycles: %d, %.1f cycles/s\n\n", r.Cycles, r.CyclesPerSec)
 	fmt.Fprintf(w, "%-8s %9s %9s %9s %9s %9s %9s\n", "call", "ok", "ok/s", "p50 ms", "p95 ms", "p99 ms", "max ms")
-	for _, op := range []string{"acquire", "renew", "release"} {
+	for _, op := range []string{"acquire", "renew", "release", "shed"} {
 		s, ok := r.Ops[op]
 		if !ok {
 			continue
@@ -483,7 +501,12 @@ func (r *benchReport) print(w io.Writer, via string) {
 		fmt.Fprintf(w, "%-8s %9d %9.1f %9.2f %9.2f %9.2f %9.2f\n",
 			op, s.Count, float64(s.Count)/(float64(r.DurationMs)/1000), s.P50, s.P95, s.P99, s.Max)
 	}
-	fmt.Fprintf(w, "\nerrors: %s\n", countsLine(r.Errors))
+	// 429s on a line of their own: under admission control they are the
+	// expected answer to overload, not a failure like the others.
+	others := maps.Clone(r.Errors)
+	delete(others, kindOverloaded)
+	fmt.Fprintf(w, "\nerrors: %s\n", countsLine(others))
+	fmt.Fprintf(w, "overloaded (429, shed): %d\n", r.Errors[kindOverloaded])
 	fmt.Fprintf(w, "safety slips: %s\n", countsLine(r.Slips))
 }
 

@@ -36,6 +36,7 @@ const (
 	kindNotHolder   = api.CodeNotHolder
 	kindOverloaded  = api.CodeOverloaded
 	kindNoLeader    = api.CodeNoLeader
+	kindUnknown     = api.CodeUnknownOutcome // 504, or a client that gave up after a write may have gone out
 	kindTimeout     = "timeout"
 	kindConn        = "connection"
 	kindOther       = "other"
@@ -56,6 +57,8 @@ func errKind(err error) string {
 		return kindOverloaded
 	case errors.Is(err, client.ErrNoLeader):
 		return kindNoLeader
+	case errors.Is(err, client.ErrUnknownOutcome):
+		return kindUnknown
 	case errors.As(err, &apiErr):
 		return kindOther
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
