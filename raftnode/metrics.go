@@ -74,6 +74,16 @@ func (m *nodeMetrics) applied(op fsm.Op, r fsm.Result) {
 	}
 }
 
+// BlockedRaftMetrics are hashicorp/raft's go-metrics keys (below the
+// service name) that fire once per log entry or per received RPC, and that
+// raftlock's own metrics cover: raft.apply (raftlock_commands_applied_total),
+// raft.commitTime (the HTTP request histogram; raft.leader.dispatchLog and
+// raft.replication.appendEntries.rpc time its parts per batch) and the
+// transport's per-RPC raft.net.* timings. Blocking them keeps their cost
+// (a summary update each) off every write. Pass them, with the service name
+// in front, as go-metrics' Config.BlockedPrefixes.
+var BlockedRaftMetrics = []string{"raft.apply", "raft.commitTime", "raft.net."}
+
 // Collectors returns the node's Prometheus metrics for registration.
 func (n *Node) Collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{n.metrics.commands, n.metrics.expiries, n.metrics.leaderChanges}, n.metrics.gauges...)

@@ -155,6 +155,9 @@ func (n *Node) open() error {
 	rc.NotifyCh = n.notifyCh
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
+	// The per-peer metric names (raft_replication_*_n1) repeat the labelled
+	// ones: two fewer metric updates per AppendEntries per follower.
+	rc.NoLegacyTelemetry = true
 
 	existing, err := raft.HasExistingState(logStore, store, snaps)
 	if err != nil {

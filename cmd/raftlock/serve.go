@@ -160,6 +160,9 @@ func newRegistry(node *raftnode.Node) (*prometheus.Registry, error) {
 	conf := gometrics.DefaultConfig("raftlock")
 	conf.EnableHostname = false
 	conf.EnableRuntimeMetrics = false // the Go collector covers them
+	for _, key := range raftnode.BlockedRaftMetrics {
+		conf.BlockedPrefixes = append(conf.BlockedPrefixes, conf.ServiceName+"."+key)
+	}
 	if _, err := gometrics.NewGlobal(conf, sink); err != nil {
 		return nil, fmt.Errorf("raft metrics: %w", err)
 	}
