@@ -58,6 +58,9 @@ type benchConfig struct {
 	via      string
 	prefix   string
 	progress time.Duration
+	// shedPause is how long a worker pauses after a 429 (0: it retries at
+	// once, a client that ignores Retry-After).
+	shedPause time.Duration
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -72,6 +75,7 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c.fs.StringVar(&cfg.via, "via", "http", "http: keep-alive HTTP to the leader; client: the Go client library")
 	c.fs.StringVar(&cfg.prefix, "prefix", "", "lock name prefix (default: bench/<random>/, fresh each run)")
 	c.fs.DurationVar(&cfg.progress, "progress", time.Second, "progress line interval on stderr (0: none)")
+	c.fs.DurationVar(&cfg.shedPause, "shed-pause", 0, "pause after a 429 overloaded before the next acquire (0: at once, ignoring Retry-After)")
 	if _, code, ok := c.parse(args, environ, 0, 0); !ok {
 		return code
 	}
@@ -290,6 +294,7 @@ func (b *bench) worker(ctx context.Context, w int, s *workerSamples) {
 			b.fail(err)
 			if errKind(err) == kindOverloaded {
 				s.shed = append(s.shed, got.Sub(sent))
+				sleepCtx(ctx, b.cfg.shedPause)
 			}
 			if errKind(err) == kindHeld {
 				sleepCtx(ctx, time.Millisecond) // let the holder finish
