@@ -101,11 +101,18 @@ func (s *Server) admit(ctx context.Context, lock string, priority bool) (*admiss
 	return tk, nil
 }
 
-// observable reports whether a store call that ended with err tells the
-// controller about the pipeline's latency: an answer does, and so does a
-// timeout in it; a refusal before it (not leader, the hard bound) does not.
-func observable(err error) bool {
-	return err == nil || unknownOutcome(err)
+// observable reports whether a store call that ended with res and err
+// tells the controller about the commit pipeline's latency: a write that
+// went through the log does (a grant, renew or release: status OK), and so
+// does a timeout in it. A refusal does not: a held or not-holder answer may
+// come from the leader's state without a log entry, far faster than a
+// commit, and would pull the unloaded baseline down; nor does a refusal
+// before the pipeline (not leader, the hard bound).
+func observable(res fsm.Result, err error) bool {
+	if err != nil {
+		return unknownOutcome(err)
+	}
+	return res.Status == fsm.StatusOK
 }
 
 // applyGated runs one renew or release through the gate.
@@ -116,7 +123,7 @@ func (s *Server) applyGated(ctx context.Context, cmd fsm.Command) (fsm.Result, e
 	}
 	res, err := s.store.Apply(ctx, cmd)
 	if tk != nil {
-		tk.Done(observable(err))
+		tk.Done(observable(res, err))
 	}
 	return res, err
 }
@@ -141,7 +148,7 @@ func (s *Server) acquireGated(ctx context.Context, cmd fsm.Command, wait time.Du
 		return s.store.Acquire(ctx, cmd, wait)
 	}
 	res, err := s.store.Acquire(ctx, cmd, 0)
-	tk.Done(observable(err))
+	tk.Done(observable(res, err))
 	if err != nil || wait <= 0 || res.Status != fsm.StatusHeld {
 		return res, err
 	}
