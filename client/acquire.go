@@ -83,6 +83,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 	case !api.ValidLeaseID(id):
 		return nil, errors.New("raftlock: lease id must be " + api.LeaseIDRule)
 	}
+	var lastHeld error // the last round's "held", while waiting
 	for rounds := 0; ; rounds++ {
 		var w time.Duration
 		if wait {
@@ -103,6 +104,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		}, &resp)
 		if err != nil {
 			if errors.Is(err, ErrHeld) && wait {
+				lastHeld = err
 				if ctx.Err() == nil && !roundTooShort(ctx) {
 					// A server that answers "held" well before the wait is
 					// over (say, during a lock delay) must not make us spin.
@@ -118,8 +120,10 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 				}
 				return nil, ctxError(ctx, err)
 			}
-			if oc.ambiguous {
-				c.abandon(ctx, name, id)
+			if oc.ambiguous && c.abandon(ctx, name, id) && lastHeld != nil && ctx.Err() != nil {
+				// The round cut off by ctx is undone (released, or it never
+				// held): what the caller learns is that the lock stayed held.
+				return nil, ctxError(ctx, lastHeld)
 			}
 			return nil, err
 		}
@@ -180,13 +184,17 @@ func roundTooShort(ctx context.Context) bool {
 
 // abandon releases, best effort and briefly, a lease that an acquire may have
 // created although the caller will never see it, so that it does not keep
-// the lock from everyone (the caller included) until its TTL runs out.
-func (c *Client) abandon(ctx context.Context, name, id string) {
+// the lock from everyone (the caller included) until its TTL runs out. It
+// reports whether the lease is known not to hold the lock now.
+func (c *Client) abandon(ctx context.Context, name, id string) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := c.Release(ctx, name, id); err != nil && !errors.Is(err, ErrNotHolder) {
+	err := c.Release(ctx, name, id)
+	if err != nil && !errors.Is(err, ErrNotHolder) {
 		c.log.Debug("release of abandoned acquire failed", "lock", name, "error", err)
+		return false
 	}
+	return true
 }
 
 // renew sends one logical renew (retried across nodes until ctx ends).

@@ -17,17 +17,22 @@ import (
 // hours away.
 const DefaultReadyMaxLag = 4096
 
-// Ready reports whether a leader is known and this node has applied the log
-// up to the commit index it last heard of. A restarted node hears no commit
-// index from heartbeats (its own starts at 0), so it also waits until its
-// machine has applied what its log held when it started: until then its state
-// is older than what it served before the restart. For entries committed
-// since, raft's own applied index is the measure: the machine trails it by
-// moments, and a probe that flickered with every append would be useless.
-// A follower is also not ready while it trails the leader's commit index by
-// more than Config.ReadyMaxLag: its own commit index stops at its last log
-// entry, so alone it would say ready after each batch of a long catch-up.
-// A node whose state diverged from the leader's is never ready.
+// Ready reports whether a leader is known and this node's state is current
+// enough to serve. A restarted node hears no commit index from heartbeats
+// (its own starts at 0), so it first waits until its machine has applied
+// what its log held when it started: until then its state is older than what
+// it served before the restart. After that:
+//   - a leader is ready once its Barrier of this term is done (readyTerm),
+//     which is when it starts serving linearizable reads;
+//   - a follower is ready while it trails by at most Config.ReadyMaxLag
+//     entries, both its own commit index and the leader's (its own stops at
+//     its last log entry, so alone it would say ready after each batch of a
+//     long catch-up).
+//
+// Neither compares applied with commit exactly: they differ for moments
+// after every commit, and a probe that flickered with every append would be
+// useless to a load balancer. A node whose state diverged from the leader's
+// is never ready.
 func (n *Node) Ready() bool {
 	if _, bad := n.Diverged(); bad {
 		return false
@@ -35,12 +40,16 @@ func (n *Node) Ready() bool {
 	if id, _ := n.Leader(); id == "" {
 		return false
 	}
-	commit := n.raft.CommitIndex()
-	applied := n.raft.AppliedIndex()
-	if !n.IsLeader() && n.transport.leaderCommit.Load() > applied+n.cfg.ReadyMaxLag {
+	if !n.AppliedThrough(n.startIndex) {
 		return false
 	}
-	return commit > 0 && applied >= commit && n.AppliedThrough(n.startIndex)
+	if n.IsLeader() {
+		return n.readyTerm.Load() == n.raft.CurrentTerm()
+	}
+	commit := n.raft.CommitIndex()
+	applied := n.raft.AppliedIndex()
+	lag := n.cfg.ReadyMaxLag
+	return commit > 0 && commit <= applied+lag && n.transport.leaderCommit.Load() <= applied+lag
 }
 
 // Read returns a read-only view of the locks. Unless stale, it is
