@@ -28,10 +28,15 @@ const (
 	LogStoreBoltDB = "boltdb"
 )
 
-// DefaultLogStore is the log store of a node whose Config leaves it empty:
-// the WAL, measured faster on every load (scripts/bench-compare.sh) and
-// checked under kill -9 (scripts/check.sh).
-const DefaultLogStore = LogStoreWAL
+// DefaultLogStore is the log store of a node whose Config leaves it empty.
+// BoltDB: raft-wal v0.4.0 (the only release the module proxy serves) was
+// measured faster (scripts/bench-compare.sh), but after raft clears a log
+// suffix (a follower that held entries a new leader never committed, after
+// any leader change with writes in flight) it leaves a sealed segment with
+// no index block, and the node cannot restart ("sealed segment has no index
+// block", upstream hashicorp/raft-wal#31). Seen here on the second restart of
+// a 3-node cluster after a benchmark. A default must never strand a node.
+const DefaultLogStore = LogStoreBoltDB
 
 // The WAL's directories in the data dir. A migration builds the WAL in
 // walStaging and renames it to walDir (the commit point: from then on the

@@ -161,8 +161,16 @@ func newTransport(cfg Config) (*raft.NetworkTransport, error) {
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  newStreamLayer(ln, advertise, cfg.RaftTLS),
 		MaxPool: 3,
-		Timeout: 10 * time.Second,
-		Logger:  cfg.Logger.Named("transport"),
+		// 1 turns pipelined replication off. With pipelining (the default,
+		// 2 in flight) a follower's Success=false can leave the leader's
+		// replication goroutine parked for good (the pipeline's channels are
+		// unbuffered), and raft.Shutdown then never returns: seen here as a
+		// 14-minute hang in a membership test, described in
+		// grafana/pyroscope#5518. hashicorp/raft's own measurements (#541)
+		// found pipelining of little benefit with batching.
+		MaxRPCsInFlight: 1,
+		Timeout:         10 * time.Second,
+		Logger:          cfg.Logger.Named("transport"),
 	}), nil
 }
 
