@@ -49,6 +49,9 @@ type TransferRequest struct {
 	ID string `json:"id,omitempty"`
 }
 
+// CheckStateRequest is the body of POST /v1/cluster/check-state: empty.
+type CheckStateRequest struct{}
+
 // Response bodies.
 
 // Lease answers acquire and renew with 200. It is the only body that shows
@@ -144,6 +147,14 @@ type Left struct {
 // "" if the old leader had not heard the winner in time.
 type Transferred struct {
 	Leader string `json:"leader"`
+}
+
+// StateChecked answers POST /v1/cluster/check-state with 200: the index
+// at which every replica hashes its state. Each replica compares its hash
+// with the leader's as it applies the next check entry; one that differs
+// reports state_diverged and is not ready from then on.
+type StateChecked struct {
+	Index uint64 `json:"index"`
 }
 
 // Health answers GET /healthz: {"status": "ok"}.

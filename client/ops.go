@@ -126,6 +126,16 @@ func (c *Client) TransferLeadership(ctx context.Context, id string) (string, err
 	return out.Leader, err
 }
 
+// CheckState asks the leader to compare every replica's state now (an
+// operator's on-demand check) and returns the index every replica hashes its
+// state at. A replica whose state differs reports it on /readyz and in its
+// log, and answers 503 state_diverged from then on.
+func (c *Client) CheckState(ctx context.Context) (uint64, error) {
+	var out api.StateChecked
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/v1/cluster/check-state", body: api.CheckStateRequest{}, leader: true, idempotent: true}, &out)
+	return out.Index, err
+}
+
 // Health checks that the node at endpoint serves (GET /healthz). An empty
 // endpoint means the first one given to New. It asks once, without retries or
 // failover, since it is about that node.

@@ -36,6 +36,7 @@ func (f *flakyLeader) WaitForLeader(context.Context) (string, string, error) {
 func (f *flakyLeader) Join(context.Context, string, string, string) error { return nil }
 func (f *flakyLeader) Leave(context.Context, string) error                { return nil }
 func (f *flakyLeader) TransferLeadership(context.Context, string) error   { return nil }
+func (f *flakyLeader) CheckState(context.Context) (uint64, error)         { return 0, nil }
 
 func (f *flakyLeader) Read(context.Context, bool) (store.LockReader, error) { return f.machine, nil }
 

@@ -55,6 +55,7 @@ var routeRoles = map[string]Role{
 	"POST /v1/cluster/join":                RoleAdmin,
 	"POST /v1/cluster/leave":               RoleAdmin,
 	"POST /v1/cluster/transfer-leadership": RoleAdmin,
+	"POST /v1/cluster/check-state":         RoleAdmin,
 }
 
 // Tokens is a set of bearer tokens and their roles. Only SHA-256 hashes of

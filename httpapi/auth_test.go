@@ -132,6 +132,7 @@ func TestAuthEveryEndpointAndRole(t *testing.T) {
 		{"POST", "/v1/cluster/join", writeRequests[3].body, RoleAdmin},
 		{"POST", "/v1/cluster/leave", writeRequests[4].body, RoleAdmin},
 		{"POST", "/v1/cluster/transfer-leadership", writeRequests[5].body, RoleAdmin},
+		{"POST", "/v1/cluster/check-state", `{}`, RoleAdmin},
 	}
 	callers := []struct {
 		name  string

@@ -105,6 +105,16 @@ func (s *Server) transfer(ctx context.Context, req *transferRequest) (int, any, 
 	return http.StatusOK, api.Transferred{Leader: s.successor(ctx)}, nil
 }
 
+// checkState asks the leader to compare every replica's state (an operator's
+// on-demand check; the leader also runs one every --state-check-interval).
+func (s *Server) checkState(ctx context.Context, _ *checkRequest) (int, any, error) {
+	index, err := s.store.CheckState(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, api.StateChecked{Index: index}, nil
+}
+
 // successor waits (up to LeaderWait) until this node, which just handed
 // leadership over, hears who leads now; "" if it has not heard by then.
 func (s *Server) successor(ctx context.Context) string {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/raftnode"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
@@ -67,4 +68,18 @@ func TestMembershipRefusals(t *testing.T) {
 	}
 	rec = do(t, s, "POST", "/v1/cluster/join", `{"id":"x","raft_addr":"127.0.0.1:9002"}`)
 	wantError(t, rec, http.StatusConflict, "unsafe_change", "would replace n2")
+}
+
+// An operator's on-demand state check runs on the leader and answers the
+// index every replica hashes its state at; its errors map like any write's.
+func TestCheckStateEndpoint(t *testing.T) {
+	f := newLeader("n1")
+	f.checkState = func(context.Context) (uint64, error) { return 42, nil }
+	rec := do(t, newServer(f), http.MethodPost, "/v1/cluster/check-state", `{}`)
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"index":42}` {
+		t.Fatalf("check-state answered %d %s, want 200 {\"index\":42}", rec.Code, rec.Body)
+	}
+	f.checkState = func(context.Context) (uint64, error) { return 0, raftnode.ErrDiverged }
+	rec = do(t, newServer(f), http.MethodPost, "/v1/cluster/check-state", `{}`)
+	wantError(t, rec, http.StatusServiceUnavailable, api.CodeDiverged, "")
 }

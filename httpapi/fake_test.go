@@ -34,6 +34,7 @@ type fakeStore struct {
 	join          func(ctx context.Context, id, raftAddr, httpAddr string) error
 	leave         func(ctx context.Context, id string) error
 	transfer      func(ctx context.Context, id string) error
+	checkState    func(ctx context.Context) (uint64, error)
 
 	mu      sync.Mutex
 	machine *fsm.Machine
@@ -154,6 +155,14 @@ func (f *fakeStore) TransferLeadership(ctx context.Context, id string) error {
 		return f.transfer(ctx, id)
 	}
 	return nil
+}
+
+func (f *fakeStore) CheckState(ctx context.Context) (uint64, error) {
+	f.count()
+	if f.checkState != nil {
+		return f.checkState(ctx)
+	}
+	return 0, nil
 }
 
 func (f *fakeStore) count() {

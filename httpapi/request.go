@@ -29,6 +29,7 @@ type (
 	joinRequest     api.JoinRequest
 	leaveRequest    api.LeaveRequest
 	transferRequest api.TransferRequest
+	checkRequest    api.CheckStateRequest
 )
 
 func (r *acquireRequest) validate() error {
@@ -93,6 +94,8 @@ func (r *leaveRequest) validate() error {
 }
 
 func (r *transferRequest) validate() error { return nil }
+
+func (r *checkRequest) validate() error { return nil }
 
 func validName(name string) error {
 	if len(name) == 0 || len(name) > api.MaxName {

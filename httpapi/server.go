@@ -33,6 +33,9 @@ type Store interface {
 	Join(ctx context.Context, id, raftAddr, httpAddr string) error
 	Leave(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error
+	// CheckState runs a cross-replica state check and returns the index
+	// every replica hashes its state at.
+	CheckState(ctx context.Context) (uint64, error)
 }
 
 // Options tune the server; zero values take defaults.
@@ -110,6 +113,7 @@ func New(store Store, opts Options) *Server {
 	r.HandleFunc("/v1/cluster/join", writeHandler(s, nil, s.join)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/cluster/leave", writeHandler(s, nil, s.leave)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/cluster/transfer-leadership", writeHandler(s, nil, s.transfer)).Methods(http.MethodPost)
+	r.HandleFunc("/v1/cluster/check-state", writeHandler(s, nil, s.checkState)).Methods(http.MethodPost)
 	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
 	r.Handle("/metrics", opts.Metrics).Methods(http.MethodGet)

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/client"
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
 // syncBuffer is a bytes.Buffer safe to write from a command's goroutines
@@ -115,7 +115,7 @@ func endpointsEnv(eps []string) env { return env{"RAFTLOCK_ENDPOINTS=" + strings
 // TestCLILocks walks a lock through its life on a real three-node cluster:
 // acquire, held, renew, list, release, not holder, in text and JSON.
 func TestCLILocks(t *testing.T) {
-	cl := raftnodetest.Start(t, 3)
+	cl := clustertest.Start(t, 3)
 	base := endpointsEnv(cl.Endpoints())
 	leaderURL := cl.Leader().URL()
 
@@ -319,7 +319,7 @@ func TestCLIHelp(t *testing.T) {
 // TestCLICluster: membership, leadership transfer, health, and a request
 // the server refuses as bad_request, on a real three-node cluster.
 func TestCLICluster(t *testing.T) {
-	cl := raftnodetest.Start(t, 3)
+	cl := clustertest.Start(t, 3)
 	all := strings.Join(cl.Endpoints(), ",")
 	base := endpointsEnv(cl.Endpoints())
 	old := cl.Leader()
@@ -336,6 +336,8 @@ func TestCLICluster(t *testing.T) {
 			}
 		}},
 		{name: "health of every node", args: args("health", "--endpoints", all), stdout: `^(http://127\.0\.0\.1:\d+/readyz: ok\n){3}$`},
+		{name: "check-state", args: args("cluster", "check-state"), stdout: `^state check at index [1-9]\d*: replicas compare as they apply it; see 'raftlock health'\n$`},
+		{name: "health after the check", args: args("health", "--endpoints", all), stdout: `^(http://127\.0\.0\.1:\d+/readyz: ok\n){3}$`},
 		{name: "health --live, --addr as the Dockerfile calls it", args: args("health", "--live", "--addr", cl.Nodes[0].URL()),
 			stdout: `^http://127\.0\.0\.1:\d+/healthz: ok\n$`},
 		{name: "health, json", args: args("health", "--json", "--ready"), stdout: `^\{"nodes":\[\{"endpoint":"http://127\.0\.0\.1:\d+/readyz","ok":true\}(,\{[^}]*"ok":true\}){2}\],"ok":true\}\n$`},
@@ -374,7 +376,7 @@ func members(t *testing.T, r result) (n int, leader string) {
 // eventually runs a command line until ok holds for its result.
 func eventually(t *testing.T, environ env, what string, ok func(result) bool, args ...string) {
 	t.Helper()
-	raftnodetest.WaitFor(t, 15*time.Second, what, func() bool {
+	clustertest.WaitFor(t, 15*time.Second, what, func() bool {
 		var stdout, stderr syncBuffer
 		code := run(args, &stdout, &stderr, environ)
 		return ok(result{code, stdout.String(), stderr.String()})
@@ -385,7 +387,7 @@ func eventually(t *testing.T, environ env, what string, ok func(result) bool, ar
 // --timeout with exit 5 (6 for a write cut off in flight), and the survivor
 // is not healthy.
 func TestCLINoLeader(t *testing.T) {
-	cl := raftnodetest.Start(t, 3)
+	cl := clustertest.Start(t, 3)
 	leader := cl.Leader()
 	follower := cl.Followers()
 	survivor := follower[1]

@@ -10,12 +10,13 @@ import (
 	"github.com/raftlock/raftlock/client"
 )
 
-const clusterHelp = `Usage: raftlock cluster <status|join|leave|transfer> [flags] [ARGS]
+const clusterHelp = `Usage: raftlock cluster <status|join|leave|transfer|check-state> [flags] [ARGS]
 
   status                       leader, term, indexes and members
   join ID RAFT_ADDR [HTTP_ADDR] add a node (started with --join or empty) as a voter
   leave ID                     remove a node
   transfer [ID]                hand leadership to node ID, or to any other voter
+  check-state                  compare every replica's state with the leader's now
 
 Run 'raftlock cluster <subcommand> --help' for its flags.
 
@@ -59,12 +60,25 @@ Example:
   raftlock cluster transfer n2
 `
 
+const clusterCheckStateHelp = `Usage: raftlock cluster check-state [flags]
+
+Asks the leader to compare every replica's state with its own, now (the
+leader also does so every --state-check-interval). Prints the index at which
+each replica hashed its state. A replica whose state differs says so in its
+log, reports not ready on /readyz, and answers 503 state_diverged; run
+'raftlock health' on every node to see which. Needs an admin token.
+
+Example:
+  raftlock cluster check-state
+`
+
 func clusterCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	subs := map[string]command{
-		"status":   clusterStatusCmd,
-		"join":     clusterJoinCmd,
-		"leave":    clusterLeaveCmd,
-		"transfer": clusterTransferCmd,
+		"status":      clusterStatusCmd,
+		"join":        clusterJoinCmd,
+		"leave":       clusterLeaveCmd,
+		"transfer":    clusterTransferCmd,
+		"check-state": clusterCheckStateCmd,
 	}
 	if len(args) == 0 {
 		fmt.Fprintf(stderr, "raftlock cluster: missing subcommand (see raftlock cluster --help)\n")
@@ -200,6 +214,26 @@ func clusterTransferCmd(args []string, stdout, stderr io.Writer, environ env) in
 			return exitOK
 		}
 		fmt.Fprintf(stdout, "leadership transferred from %s to %s\n", old, leader)
+		return exitOK
+	})
+}
+
+func clusterCheckStateCmd(args []string, stdout, stderr io.Writer, environ env) int {
+	c := newCLI("cluster check-state", clusterCheckStateHelp, stdout, stderr)
+	c.conn = addConnFlags(c.fs, 30*time.Second, true)
+	if _, code, ok := c.parse(args, environ, 0, 0); !ok {
+		return code
+	}
+	return c.withClient(func(ctx context.Context, cl *client.Client) int {
+		index, err := cl.CheckState(ctx)
+		if err != nil {
+			return c.fail(err)
+		}
+		if c.conn.json {
+			c.printJSON(map[string]any{"index": index})
+			return exitOK
+		}
+		fmt.Fprintf(stdout, "state check at index %d: replicas compare as they apply it; see 'raftlock health'\n", index)
 		return exitOK
 	})
 }

@@ -83,6 +83,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Uint64Var(&c.node.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	fs.Uint64Var(&c.node.TrailingLogs, "trailing-logs", 10240, "log entries kept after a snapshot")
 	fs.DurationVar(&c.node.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often Raft checks the snapshot threshold")
+	fs.DurationVar(&c.node.StateCheckInterval, "state-check-interval", raftnode.DefaultStateCheckInterval, "how often the leader compares every replica's state hash with its own (negative: never; 'raftlock cluster check-state' runs one now)")
 	fs.IntVar(&c.node.MaxPendingApplies, "max-pending-applies", 1024, "client writes in flight through Raft before more are shed with 429 (the hard ceiling behind --admission)")
 	fs.BoolVar(&c.admission.on, "admission", true, "shed writes with 429 past an adaptive limit driven by commit latency, shared fairly between tenants (README: Admission control)")
 	fs.IntVar(&c.admission.Limit.Min, "admission-min", 64, "the adaptive limit's floor: writes in flight it always allows (64: below it, shedding on a loaded 2-core node cost more CPU than it saved)")
