@@ -13,7 +13,8 @@ import (
 const clusterHelp = `Usage: raftlock cluster <status|join|leave|transfer|check-state> [flags] [ARGS]
 
   status                       leader, term, indexes and members
-  join ID RAFT_ADDR [HTTP_ADDR] add a node (started with --join or empty) as a voter
+  join ID RAFT_ADDR [HTTP_ADDR] add a node (started with --join or empty): a non-voter,
+                               promoted to voter by the leader once it has caught up
   leave ID                     remove a node
   transfer [ID]                hand leadership to node ID, or to any other voter
   check-state                  compare every replica's state with the leader's now
@@ -37,7 +38,11 @@ Example:
 const clusterJoinHelp = `Usage: raftlock cluster join [flags] ID RAFT_ADDR [HTTP_ADDR]
 
 Adds node ID, reachable for Raft at RAFT_ADDR (and for HTTP at HTTP_ADDR), to
-the cluster as a voter. The node must be running with an empty data dir.
+the cluster as a non-voter; the leader promotes it to voter once it answers at
+HTTP_ADDR as itself, follows the leader, and is within 256 entries of its log.
+A join that would replace a live member, or leave fewer healthy voters than a
+quorum, is refused (409 unsafe_change). The node must be running with an empty
+data dir.
 
 Example:
   raftlock cluster join n4 10.0.0.4:9001 10.0.0.4:8001
