@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"time"
@@ -29,6 +30,10 @@ type Config struct {
 	// serves accepted connections (ClientCAs, ClientAuth) and dials peers
 	// (RootCAs, Certificates), as tlsconfig.Bundle.Peer builds it.
 	RaftTLS *tls.Config
+	// RaftDial, when set, opens the connections to peers' Raft ports in
+	// place of a TCP dial (TLS, with RaftTLS, runs over them). Tests cut
+	// links with it (internal/clustertest Partition).
+	RaftDial func(ctx context.Context, addr string) (net.Conn, error)
 	// APITLS, when set, is the client config for this node's own calls to
 	// other nodes' HTTP API (join and announce), which then use https.
 	APITLS *tls.Config

@@ -24,6 +24,7 @@ type streamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
 	tls       *tls.Config
+	dial      func(ctx context.Context, addr string) (net.Conn, error) // nil: TCP
 }
 
 func (s *streamLayer) Accept() (net.Conn, error) {
@@ -40,8 +41,15 @@ func (s *streamLayer) Close() error   { return s.ln.Close() }
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	dial := s.dial
+	if dial == nil {
+		var d net.Dialer
+		dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
 	if s.tls == nil {
-		return net.DialTimeout("tcp", string(addr), timeout)
+		return dial(ctx, string(addr))
 	}
 	host, _, err := net.SplitHostPort(string(addr))
 	if err != nil {
@@ -49,12 +57,18 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	}
 	cfg := s.tls.Clone()
 	cfg.ServerName = host
+	raw, err := dial(ctx, string(addr))
+	if err != nil {
+		return nil, err
+	}
 	// Handshake here, so that a peer that is not ours (plaintext, or a
 	// certificate from another CA) fails the dial instead of a later RPC.
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: cfg}
-	return d.DialContext(ctx, "tcp", string(addr))
+	c := tls.Client(raw, cfg)
+	if err := c.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // serverConn is an accepted TLS connection whose handshake, on first Read,
@@ -158,8 +172,10 @@ func newTransport(cfg Config) (*raft.NetworkTransport, error) {
 			return nil, fmt.Errorf("raft address %s: %w", cfg.RaftAddr, err)
 		}
 	}
+	stream := newStreamLayer(ln, advertise, cfg.RaftTLS)
+	stream.dial = cfg.RaftDial
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  newStreamLayer(ln, advertise, cfg.RaftTLS),
+		Stream:  stream,
 		MaxPool: 3,
 		// 1 turns pipelined replication off. With pipelining (the default,
 		// 2 in flight) a follower's Success=false can leave the leader's
