@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
 // call sends one JSON request and decodes the answer into a map.
@@ -37,7 +37,7 @@ func call(t *testing.T, method, url string, body any) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
-func acquire(t *testing.T, node *raftnodetest.Node, name, owner, lease string, ttlMs int) (int, map[string]any) {
+func acquire(t *testing.T, node *clustertest.Node, name, owner, lease string, ttlMs int) (int, map[string]any) {
 	t.Helper()
 	return call(t, "POST", node.URL()+"/v1/locks/acquire", map[string]any{"name": name, "owner": owner, "lease_id": lease, "ttl_ms": ttlMs})
 }
@@ -59,7 +59,7 @@ const (
 // The walk-through of issue 2: a lock taken through a follower survives a
 // kill -9 of the leader with its holder and token.
 func TestLockSurvivesLeaderKill(t *testing.T) {
-	c := raftnodetest.Start(t, 3)
+	c := clustertest.Start(t, 3)
 	followers := c.Followers()
 
 	status, body := acquire(t, followers[0], "orders/89041", "worker-a", leaseA, 60000)
@@ -100,10 +100,11 @@ func TestLockSurvivesLeaderKill(t *testing.T) {
 	if status != 200 || token(t, body) <= tok {
 		t.Fatalf("re-acquire after release: %d %v (old token %d)", status, body, tok)
 	}
+	c.EnsureSame(t)
 }
 
 func TestIdempotentAcquireReturnsSameToken(t *testing.T) {
-	c := raftnodetest.Start(t, 3)
+	c := clustertest.Start(t, 3)
 	f := c.Followers()[0]
 	_, first := acquire(t, f, "jobs/1", "w", leaseA, 5000)
 	status, again := acquire(t, c.Leader(), "jobs/1", "w", leaseA, 5000)
@@ -113,7 +114,7 @@ func TestIdempotentAcquireReturnsSameToken(t *testing.T) {
 }
 
 func TestRestartedNodeCatchesUp(t *testing.T) {
-	c := raftnodetest.Start(t, 3)
+	c := clustertest.Start(t, 3)
 	lagging := c.Followers()[0]
 	lagging.Kill()
 	leader := c.Leader()
@@ -128,10 +129,11 @@ func TestRestartedNodeCatchesUp(t *testing.T) {
 	if locks, _ := body["locks"].([]any); status != 200 || len(locks) != 20 {
 		t.Fatalf("restarted node sees %d locks (%d)", len(locks), status)
 	}
+	c.EnsureSame(t)
 }
 
 func TestLaggingNodeCatchesUpBySnapshot(t *testing.T) {
-	c := raftnodetest.Start(t, 3, raftnodetest.Options{SnapshotThreshold: 32, TrailingLogs: 8})
+	c := clustertest.Start(t, 3, clustertest.Options{SnapshotThreshold: 32, TrailingLogs: 8})
 	lagging := c.Followers()[0]
 	lagging.Kill()
 	leader := c.Leader()
@@ -151,34 +153,10 @@ func TestLaggingNodeCatchesUpBySnapshot(t *testing.T) {
 	if lagging.Machine().HeldCount() != 100 {
 		t.Fatalf("lagging node holds %d locks, want 100", lagging.Machine().HeldCount())
 	}
-	assertSameState(t, c)
+	c.EnsureSame(t)
 }
 
-// assertSameState checks every running node's state machine converges to
-// byte-identical state (a tick may still be in flight, so poll).
-func assertSameState(t *testing.T, c *raftnodetest.Cluster) {
-	t.Helper()
-	raftnodetest.WaitFor(t, 10*time.Second, "identical state on every node", func() bool {
-		var want []byte
-		for _, n := range c.Nodes {
-			if !n.Running() {
-				continue
-			}
-			var buf bytes.Buffer
-			if _, err := n.Machine().Snapshot().WriteTo(&buf); err != nil {
-				t.Fatal(err)
-			}
-			if want == nil {
-				want = buf.Bytes()
-			} else if !bytes.Equal(want, buf.Bytes()) {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-func held(n *raftnodetest.Node, name string) bool {
+func held(n *clustertest.Node, name string) bool {
 	_, ok := n.Machine().Get(name)
 	return ok
 }
@@ -187,15 +165,15 @@ func held(n *raftnodetest.Node, name string) bool {
 // at the manual clock's current reading: a refusal from its own clock, a
 // grant through an entry stamped now, so the answer shows exactly what the
 // log decides at that moment, whatever the tick loop does.
-func contend(t *testing.T, node *raftnodetest.Node, name string) int {
+func contend(t *testing.T, node *clustertest.Node, name string) int {
 	t.Helper()
 	status, _ := acquire(t, node, name, "b", leaseB, 1000)
 	return status
 }
 
 func TestLeaseExpiresAtTTLAndNotBefore(t *testing.T) {
-	clock := &raftnodetest.ManualClock{}
-	c := raftnodetest.Start(t, 3, raftnodetest.Options{Clock: clock})
+	clock := &clustertest.ManualClock{}
+	c := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
 	leader := c.Leader()
 	if status, body := acquire(t, leader, "exp", "a", leaseA, 1000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
@@ -212,7 +190,7 @@ func TestLeaseExpiresAtTTLAndNotBefore(t *testing.T) {
 	// With no traffic at all, the leader's ticks expire leases on time.
 	// Polling nudges the clock so a timer armed just after an Advance fires.
 	clock.Advance(time.Second)
-	raftnodetest.WaitFor(t, 10*time.Second, "expiry by tick on every node", func() bool {
+	clustertest.WaitFor(t, 10*time.Second, "expiry by tick on every node", func() bool {
 		clock.Advance(time.Millisecond)
 		for _, n := range c.Nodes {
 			if held(n, "exp") {
@@ -221,15 +199,15 @@ func TestLeaseExpiresAtTTLAndNotBefore(t *testing.T) {
 		}
 		return true
 	})
-	assertSameState(t, c)
+	c.EnsureSame(t)
 }
 
 // A failover neither restarts the TTL nor shortens it: what the old leader
 // measured still counts, and the election (during which no manual time
 // passes here) adds nothing.
 func TestLeaderChangeNeitherRestartsNorShortensTTL(t *testing.T) {
-	clock := &raftnodetest.ManualClock{}
-	c := raftnodetest.Start(t, 3, raftnodetest.Options{Clock: clock})
+	clock := &clustertest.ManualClock{}
+	c := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
 	old := c.Leader()
 	if status, body := acquire(t, old, "failover", "a", leaseA, 1000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
@@ -245,7 +223,7 @@ func TestLeaderChangeNeitherRestartsNorShortensTTL(t *testing.T) {
 
 	old.Kill()
 	leader := c.WaitForNewLeader(old)
-	raftnodetest.WaitFor(t, 10*time.Second, "the new leader's first tick", func() bool {
+	clustertest.WaitFor(t, 10*time.Second, "the new leader's first tick", func() bool {
 		return leader.Machine().Clock().Term == leader.Raft().CurrentTerm()
 	})
 	clock.Advance(399 * time.Millisecond)
@@ -258,7 +236,7 @@ func TestLeaderChangeNeitherRestartsNorShortensTTL(t *testing.T) {
 	}
 }
 func TestNoLeaderWhenQuorumLost(t *testing.T) {
-	c := raftnodetest.Start(t, 3)
+	c := clustertest.Start(t, 3)
 	survivor := c.Followers()[0]
 	for _, n := range c.Nodes {
 		if n != survivor {
@@ -283,7 +261,7 @@ func TestNoLeaderWhenQuorumLost(t *testing.T) {
 }
 
 func TestJoinLeaveAndTransfer(t *testing.T) {
-	c := raftnodetest.Start(t, 3)
+	c := clustertest.Start(t, 3)
 	leader := c.Leader()
 	status, body := acquire(t, leader, "members", "w", leaseA, 60000)
 	if status != 200 {
@@ -292,7 +270,7 @@ func TestJoinLeaveAndTransfer(t *testing.T) {
 	tok := token(t, body)
 
 	n4 := c.AddNode(c.Followers()[0].URL())
-	raftnodetest.WaitFor(t, 15*time.Second, "n4 to join, learn the lock and be promoted to voter", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "n4 to join, learn the lock and be promoted to voter", func() bool {
 		st, _ := leader.Status()
 		voter := false
 		for _, m := range st.Nodes {
@@ -326,7 +304,7 @@ func TestJoinLeaveAndTransfer(t *testing.T) {
 
 // metricValue scrapes node's /metrics and returns the sample named exactly
 // by series (name with labels), or -1 when absent.
-func metricValue(t *testing.T, node *raftnodetest.Node, series string) float64 {
+func metricValue(t *testing.T, node *clustertest.Node, series string) float64 {
 	t.Helper()
 	resp, err := http.Get(node.URL() + "/metrics")
 	if err != nil {
@@ -347,7 +325,7 @@ func metricValue(t *testing.T, node *raftnodetest.Node, series string) float64 {
 }
 
 func TestMetricsMoveUnderWorkload(t *testing.T) {
-	c := raftnodetest.Start(t, 3)
+	c := clustertest.Start(t, 3)
 	leader := c.Leader()
 	follower := c.Followers()[0]
 	series := []string{
@@ -377,7 +355,7 @@ func TestMetricsMoveUnderWorkload(t *testing.T) {
 		t.Errorf("leader's raftlock_is_leader = %v", v)
 	}
 	applied := float64(leader.Raft().AppliedIndex())
-	raftnodetest.WaitFor(t, 10*time.Second, "the follower's applied-index gauge to catch up", func() bool {
+	clustertest.WaitFor(t, 10*time.Second, "the follower's applied-index gauge to catch up", func() bool {
 		return metricValue(t, follower, "raftlock_raft_applied_index") >= applied
 	})
 }
@@ -385,7 +363,7 @@ func TestMetricsMoveUnderWorkload(t *testing.T) {
 // A restarted node is not ready before it has applied what it held when it
 // went down: readiness must never expose state older than it served before.
 func TestRestartedNodeNotReadyBeforeCatchingUp(t *testing.T) {
-	c := raftnodetest.Start(t, 3)
+	c := clustertest.Start(t, 3)
 	leader := c.Leader()
 	if status, body := acquire(t, leader, "ready/1", "w", leaseA, 60000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
@@ -394,7 +372,7 @@ func TestRestartedNodeNotReadyBeforeCatchingUp(t *testing.T) {
 	c.WaitApplied(leader.Raft().LastIndex())
 	node.Kill()
 	node.Restart()
-	raftnodetest.WaitFor(t, 15*time.Second, "the restarted node to be ready", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "the restarted node to be ready", func() bool {
 		if !node.Ready() {
 			return false
 		}

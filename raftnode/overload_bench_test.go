@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftlock/raftlock/internal/clustertest"
 	"github.com/raftlock/raftlock/raftnode"
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
 )
 
 // BenchmarkOverload offers 20 times the sustainable load (320 concurrent
@@ -29,7 +29,7 @@ func BenchmarkOverload(b *testing.B) {
 
 func benchOverload(b *testing.B, bound int) {
 	const clients, backoff = 320, 50 * time.Millisecond
-	c := raftnodetest.Start(b, 3, raftnodetest.Options{Configure: func(cfg *raftnode.Config) { cfg.MaxPendingApplies = bound }})
+	c := clustertest.Start(b, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) { cfg.MaxPendingApplies = bound }})
 	url := c.Leader().URL()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: clients, MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
 	var accepted, shed latencies

@@ -14,7 +14,7 @@ import (
 
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
 // These tests run real `raftlock serve` processes of a fault build (this
@@ -36,7 +36,7 @@ type faultCluster struct {
 
 func startFaultCluster(t *testing.T) *faultCluster {
 	dir := t.TempDir()
-	ports := raftnodetest.FreePorts(t, 9)
+	ports := clustertest.FreePorts(t, 9)
 	c := &faultCluster{t: t, http: map[string]string{}, debug: map[string]string{}}
 	var peers []string
 	for i := 0; i < 3; i++ {
@@ -58,7 +58,7 @@ func startFaultCluster(t *testing.T) *faultCluster {
 // leader waits until every node names the same leader.
 func (c *faultCluster) leader(not string) string {
 	var l string
-	raftnodetest.WaitFor(c.t, 20*time.Second, "an agreed leader", func() bool {
+	clustertest.WaitFor(c.t, 20*time.Second, "an agreed leader", func() bool {
 		l = ""
 		for _, u := range c.http {
 			var info struct{ Leader string }
@@ -133,7 +133,7 @@ func (c *faultCluster) acquire(id string, client int, name, lease string, ttlMs 
 func (c *faultCluster) contend(id string, client int, name string, ttlMs int64) history.Op {
 	lease := fmt.Sprintf("contender-%d-%s", client, strings.ReplaceAll(name, "/", "_"))
 	var got history.Op
-	raftnodetest.WaitFor(c.t, 30*time.Second, "the contender's grant of "+name, func() bool {
+	clustertest.WaitFor(c.t, 30*time.Second, "the contender's grant of "+name, func() bool {
 		got = c.acquire(id, client, name, lease, ttlMs)
 		return got.Outcome == history.OK
 	})

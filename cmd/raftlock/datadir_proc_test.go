@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
 // singleNode is a one-node cluster of a real `raftlock serve` process whose
@@ -23,7 +23,7 @@ type singleNode struct {
 
 func newSingleNode(t *testing.T) *singleNode {
 	dir := t.TempDir()
-	ports := raftnodetest.FreePorts(t, 2)
+	ports := clustertest.FreePorts(t, 2)
 	raft := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	s := &singleNode{dir: dir, data: filepath.Join(dir, "data"), endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
 	s.args = []string{"--id", "n1", "--data-dir", s.data, "--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[0]),
@@ -87,7 +87,7 @@ func (s *singleNode) seed(t *testing.T) {
 			t.Fatalf("acquire: exit %d", r.code)
 		}
 	}
-	raftnodetest.WaitFor(t, 15*time.Second, "a snapshot", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "a snapshot", func() bool {
 		m, _ := filepath.Glob(filepath.Join(s.data, "snapshots", "*", "state.bin"))
 		return len(m) > 0
 	})

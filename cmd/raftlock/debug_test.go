@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
 // A release build has no clock faults: the faultclock package is not among
@@ -39,14 +39,14 @@ func TestReleaseBuildHasNoClockFaults(t *testing.T) {
 		t.Fatal("a default build contains faultclock symbols")
 	}
 
-	ln := raftnodetest.Listen(t)
+	ln := clustertest.Listen(t)
 	addr := ln.Addr().String()
 	ln.Close()
 	if err := serveDebug(addr, hclog.NewNullLogger()); err != nil {
 		t.Fatal(err)
 	}
 	var resp *http.Response
-	raftnodetest.WaitFor(t, 5*time.Second, "the debug listener", func() bool {
+	clustertest.WaitFor(t, 5*time.Second, "the debug listener", func() bool {
 		resp, err = http.Post("http://"+addr+"/debug/clock", "application/json", strings.NewReader(`{"rate":1.2}`))
 		return err == nil
 	})

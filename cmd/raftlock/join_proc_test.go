@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/raftlock/raftlock/client"
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/internal/clustertest"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
@@ -22,7 +22,7 @@ func TestServeJoinIsPromoted(t *testing.T) {
 	ca := tlstest.NewCA(t, "raftlock join test CA")
 	tokens := filepath.Join(dir, "tokens")
 	os.WriteFile(tokens, []byte(cliAdmin+" admin\n"+cliRO+" read-only\n"), 0o600)
-	ports := raftnodetest.FreePorts(t, 4)
+	ports := clustertest.FreePorts(t, 4)
 	var eps []string
 	for i, id := range []string{"n1", "n2"} {
 		nodeDir := filepath.Join(dir, id)

@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/internal/clustertest"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 )
 
@@ -52,7 +52,7 @@ func TestRaftPortRefusesAPIClientCertificate(t *testing.T) {
 	certs := filepath.Join(dir, "certs")
 	runCerts(t, certs, "n1", "n2", "n3")
 	runCerts(t, "--client", "mallory", certs)
-	ports := raftnodetest.FreePorts(t, 6)
+	ports := clustertest.FreePorts(t, 6)
 	var peers []string
 	for i := 0; i < 3; i++ {
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[3+i]))

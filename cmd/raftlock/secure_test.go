@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/internal/clustertest"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
@@ -38,7 +38,7 @@ func startSecureCluster(t *testing.T) (endpoints []string, caFile string, logs [
 	ca := tlstest.NewCA(t, "raftlock CLI test CA")
 	tokens := filepath.Join(dir, "tokens")
 	os.WriteFile(tokens, []byte("# role per token\n"+cliAdmin+" admin\n"+cliRW+" read-write\n"+cliRO+" read-only\n"), 0o600)
-	ports := raftnodetest.FreePorts(t, 6)
+	ports := clustertest.FreePorts(t, 6)
 	var peers []string
 	for i := 0; i < 3; i++ {
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[3+i]))

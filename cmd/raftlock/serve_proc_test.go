@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/raftnode/raftnodetest"
+	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
 // serveProc is one `raftlock serve` process started from the test binary.
@@ -65,7 +65,7 @@ func startServe(t *testing.T, id, logFile string, args []string, env ...string) 
 // election timeout to wait out) and keeps its locks.
 func TestServeSIGTERMHandsOverAndExitsZero(t *testing.T) {
 	dir := t.TempDir()
-	ports := raftnodetest.FreePorts(t, 6)
+	ports := clustertest.FreePorts(t, 6)
 	var peers []string
 	for i := 0; i < 3; i++ {
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[3+i]))
@@ -88,7 +88,7 @@ func TestServeSIGTERMHandsOverAndExitsZero(t *testing.T) {
 		json.NewDecoder(resp.Body).Decode(&c)
 		return c.Leader
 	}
-	raftnodetest.WaitFor(t, 20*time.Second, "a leader", func() bool { return leaderOf("n1") != "" && leaderOf("n1") == leaderOf("n2") })
+	clustertest.WaitFor(t, 20*time.Second, "a leader", func() bool { return leaderOf("n1") != "" && leaderOf("n1") == leaderOf("n2") })
 	leader := leaderOf("n1")
 	if r := runCLI(t, nil, "acquire", "--endpoints", endpoint(leader), "--ttl", "60s", "sigterm/lock"); r.code != exitOK {
 		t.Fatalf("acquire: exit %d", r.code)
@@ -112,7 +112,7 @@ func TestServeSIGTERMHandsOverAndExitsZero(t *testing.T) {
 			survivor = id
 		}
 	}
-	raftnodetest.WaitFor(t, 10*time.Second, "a new leader", func() bool { l := leaderOf(survivor); return l != "" && l != leader })
+	clustertest.WaitFor(t, 10*time.Second, "a new leader", func() bool { l := leaderOf(survivor); return l != "" && l != leader })
 	if r := runCLI(t, nil, "get", "--endpoints", endpoint(survivor), "sigterm/lock"); r.code != exitOK || !strings.Contains(r.stdout, "sigterm/lock") {
 		t.Fatalf("get after the hand-over: exit %d", r.code)
 	}

@@ -1,8 +1,8 @@
-// Package raftnodetest starts real raftlock nodes on loopback for tests: the
+// Package clustertest starts real raftlock nodes on loopback for tests: the
 // one cluster helper every package's cluster tests share. Nodes run the full
 // stack (raftnode + httpapi) in the test process, with temp data dirs, free
 // ports, short election timeouts and logs sent to t.Log.
-package raftnodetest
+package clustertest
 
 import (
 	"context"
@@ -46,6 +46,7 @@ type Options struct {
 type Cluster struct {
 	t     testing.TB
 	opts  Options
+	net   *network
 	Nodes []*Node
 }
 
@@ -69,6 +70,9 @@ type Node struct {
 func newNode(c *Cluster, id string) *Node {
 	n := &Node{ID: id, DataDir: c.t.TempDir(), cluster: c, httpLn: listen(c.t), raftLn: listen(c.t)}
 	n.HTTPAddr, n.RaftAddr = n.httpLn.Addr().String(), n.raftLn.Addr().String()
+	c.net.mu.Lock()
+	c.net.ids[n.RaftAddr] = id
+	c.net.mu.Unlock()
 	if c.opts.TLS != nil {
 		n.tls = c.opts.TLS.Bundle(id)
 	}
@@ -108,7 +112,7 @@ func (n *Node) Running() bool { return n.running }
 // cluster is shut down when the test ends.
 func Start(t testing.TB, n int, opts ...Options) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	c := &Cluster{t: t, net: newNetwork()}
 	if len(opts) > 0 {
 		c.opts = opts[0]
 	}
@@ -146,6 +150,7 @@ func (n *Node) start(peers map[string]string, join string) {
 		SnapshotThreshold: n.cluster.opts.SnapshotThreshold, TrailingLogs: n.cluster.opts.TrailingLogs,
 		SnapshotInterval: 100 * time.Millisecond,
 		Clock:            n.cluster.opts.Clock,
+		RaftDial:         n.cluster.net.dialer(n.ID),
 		Logger:           testLogger(t, n.ID),
 	}
 	apiOpts := httpapi.Options{LeaderWait: time.Second}
@@ -255,7 +260,7 @@ func (c *Cluster) Leader() *Node {
 }
 
 // WaitForNewLeader waits for a leader other than old (nil: any leader) that
-// every running node agrees on.
+// every running node agrees on, but for nodes a partition cuts off from it.
 func (c *Cluster) WaitForNewLeader(old *Node) *Node {
 	c.t.Helper()
 	var leader *Node
@@ -274,7 +279,10 @@ func (c *Cluster) WaitForNewLeader(old *Node) *Node {
 			return false
 		}
 		for _, n := range c.Nodes {
-			if id, addr := n.Leader(); n.running && (id != leader.ID || addr == "") {
+			if !n.running || !c.reaches(n, leader) {
+				continue
+			}
+			if id, addr := n.Leader(); id != leader.ID || addr == "" {
 				return false
 			}
 		}
