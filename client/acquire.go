@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,25 +64,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts AcquireOption
 }
 
 func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, wait bool) (*Lease, error) {
-	ttl := opts.TTL
-	if ttl == 0 {
-		ttl = DefaultTTL
-	}
-	round := opts.Wait
-	if round <= 0 {
-		round = DefaultWaitRound
-	}
-	round = min(round, MaxWaitRound)
-	id := opts.LeaseID
-	switch {
-	case name == "":
-		return nil, errors.New("raftlock: empty lock name")
-	case ttl < 0 || opts.LockDelay < 0:
-		return nil, errors.New("raftlock: negative TTL or lock delay")
-	case id == "":
-		id = NewLeaseID()
-	case !api.ValidLeaseID(id):
-		return nil, errors.New("raftlock: lease id must be " + api.LeaseIDRule)
+	ttl, round, id, err := acquireSettings(name, opts)
+	if err != nil {
+		return nil, err
 	}
 	var lastHeld error // the last round's "held", while waiting
 	for rounds := 0; ; rounds++ {
@@ -98,29 +83,20 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		var resp api.Lease
 		// The lease id makes a resent acquire idempotent: if an earlier
 		// attempt was granted, the retry answers 200 with the same token.
-		oc, err := c.do(ctx, request{
+		tried, err := c.do(ctx, request{
 			method: http.MethodPost, path: "/v1/locks/acquire", body: req,
 			leader: true, idempotent: true, serverWait: w, lock: name,
 		}, &resp)
 		if err != nil {
 			if errors.Is(err, ErrHeld) && wait {
 				lastHeld = err
-				if ctx.Err() == nil && !roundTooShort(ctx) {
-					// A server that answers "held" well before the wait is
-					// over (say, during a lock delay) must not make us spin.
-					if time.Since(start) < w/2 || w == 0 {
-						if c.sleep(ctx, c.backoff(min(rounds, 10))) != nil {
-							return nil, ctxError(ctx, err)
-						}
-					}
+				again, err := c.nextRound(ctx, start, w, rounds, err)
+				if again {
 					continue
 				}
-				if ctx.Err() == nil {
-					return nil, fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, err)
-				}
-				return nil, ctxError(ctx, err)
+				return nil, err
 			}
-			if oc.ambiguous && c.abandon(ctx, name, id) && lastHeld != nil && ctx.Err() != nil {
+			if tried.ambiguous && c.abandon(ctx, name, id) && lastHeld != nil && ctx.Err() != nil {
 				// The round cut off by ctx is undone (released, or it never
 				// held): what the caller learns is that the lock stayed held.
 				return nil, ctxError(ctx, lastHeld)
@@ -133,27 +109,76 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		if granted := time.Duration(resp.TTLMs) * time.Millisecond; granted > 0 && granted < ttl {
 			ttl = granted // trust the lease only as long as the server grants it
 		}
-		sent := oc.sent
-		if c.clock.Now().Sub(sent) > ttl/3 {
-			// The grant may have come long after the request was sent (a
-			// server-side wait, or retries), so a deadline counted from the
-			// send time would be short or past. A renew sent now gives a
-			// fresh lower bound on the lease's life.
-			info, roc, err := c.renew(ctx, name, id, 0)
-			if errors.Is(err, ErrNotHolder) && wait && ctx.Err() == nil {
-				continue
-			}
-			if err != nil {
-				c.abandon(ctx, name, id)
-				return nil, err
-			}
-			if info.Token != resp.FencingToken {
-				return nil, fmt.Errorf("raftlock: renew right after acquire answered token %d, acquire %d", info.Token, resp.FencingToken)
-			}
-			sent = roc.sent
+		sent, err := c.freshSendTime(ctx, name, id, resp.FencingToken, ttl, tried.sent)
+		if errors.Is(err, ErrNotHolder) && wait && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			c.abandon(ctx, name, id)
+			return nil, err
 		}
 		return c.newLease(name, opts.Owner, id, resp.FencingToken, ttl, sent), nil
 	}
+}
+
+// acquireSettings checks an acquire's options and fills in the defaults:
+// the TTL, the length of one wait round, and the lease id.
+func acquireSettings(name string, opts AcquireOptions) (ttl, round time.Duration, id string, err error) {
+	ttl = cmp.Or(opts.TTL, DefaultTTL)
+	round = opts.Wait
+	if round <= 0 {
+		round = DefaultWaitRound
+	}
+	round = min(round, MaxWaitRound)
+	id = opts.LeaseID
+	switch {
+	case name == "":
+		return 0, 0, "", errors.New("raftlock: empty lock name")
+	case ttl < 0 || opts.LockDelay < 0:
+		return 0, 0, "", errors.New("raftlock: negative TTL or lock delay")
+	case id == "":
+		id = NewLeaseID()
+	case !api.ValidLeaseID(id):
+		return 0, 0, "", errors.New("raftlock: lease id must be " + api.LeaseIDRule)
+	}
+	return ttl, round, id, nil
+}
+
+// nextRound decides, after a waiting round answered held, whether another
+// round follows (pausing first if the server answered long before the wait
+// was over, say during a lock delay, so that we do not spin) or the acquire
+// ends with held and the context's verdict.
+func (c *Client) nextRound(ctx context.Context, start time.Time, w time.Duration, rounds int, held error) (bool, error) {
+	if ctx.Err() == nil && !roundTooShort(ctx) {
+		if time.Since(start) < w/2 || w == 0 {
+			if c.sleep(ctx, c.backoff(min(rounds, 10))) != nil {
+				return false, ctxError(ctx, held)
+			}
+		}
+		return true, nil
+	}
+	if ctx.Err() == nil {
+		return false, fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, held)
+	}
+	return false, ctxError(ctx, held)
+}
+
+// freshSendTime returns the time the lease's deadline counts from. The
+// grant may have come long after the request was sent (a server-side wait,
+// or retries), so a deadline counted from the send time would be short or
+// past: then a renew sent now gives a fresh lower bound on the lease's life.
+func (c *Client) freshSendTime(ctx context.Context, name, id string, token uint64, ttl time.Duration, sent time.Time) (time.Time, error) {
+	if c.clock.Now().Sub(sent) <= ttl/3 {
+		return sent, nil
+	}
+	info, renewed, err := c.renew(ctx, name, id, 0)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if info.Token != token {
+		return time.Time{}, fmt.Errorf("raftlock: renew right after acquire answered token %d, acquire %d", info.Token, token)
+	}
+	return renewed.sent, nil
 }
 
 // waitRound returns the wait_ms for the next round of Acquire: the round
@@ -204,14 +229,14 @@ func (c *Client) renew(ctx context.Context, name, id string, ttl time.Duration) 
 	if ms := ttl.Milliseconds(); ms != 0 {
 		body.TTLMs = &ms // left out: the lease keeps its TTL
 	}
-	oc, err := c.do(ctx, request{
+	tried, err := c.do(ctx, request{
 		method: http.MethodPost, path: "/v1/locks/renew", body: body,
 		leader: true, idempotent: true, lock: name,
 	}, &resp)
 	if err != nil {
-		return nil, oc, err
+		return nil, tried, err
 	}
-	return leaseInfo(&resp), oc, nil
+	return leaseInfo(&resp), tried, nil
 }
 
 // Renew renews the lease with id leaseID on lock name, by hand (a Lease
@@ -226,12 +251,12 @@ func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 // (see Lease.Release). It returns ErrNotHolder if that lease does not hold
 // the lock; it never frees another lease's lock.
 func (c *Client) Release(ctx context.Context, name, leaseID string) error {
-	oc, err := c.do(ctx, request{
+	tried, err := c.do(ctx, request{
 		method: http.MethodPost, path: "/v1/locks/release",
 		body:   api.ReleaseRequest{Name: name, LeaseID: leaseID},
 		leader: true, idempotent: true, lock: name,
 	}, nil)
-	if err != nil && oc.ambiguous && errors.Is(err, ErrNotHolder) {
+	if err != nil && tried.ambiguous && errors.Is(err, ErrNotHolder) {
 		// An earlier attempt may have released it and lost the answer.
 		return nil
 	}

@@ -38,12 +38,12 @@ type Client struct {
 
 	mu        sync.Mutex
 	scheme    string
-	eps       []string             // base URLs, seeds first, then learned ones
-	cur       int                  // index in eps of the endpoint in use
+	endpoints []string             // base URLs, seeds first, then learned ones
+	current   int                  // index in endpoints of the endpoint in use
 	notBefore map[string]time.Time // endpoint -> do not send before (failures, Retry-After)
 	leader    string               // leader's node id, "" if unknown
 	addrs     map[string]string    // node id -> base URL
-	looked    map[string]bool      // leader ids whose address was looked up in /v1/cluster
+	lookedUp  map[string]bool      // leader ids whose address was looked up in /v1/cluster
 }
 
 // Option configures a Client.
@@ -99,7 +99,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		backoffMax:     DefaultBackoffMax,
 		notBefore:      map[string]time.Time{},
 		addrs:          map[string]string{},
-		looked:         map[string]bool{},
+		lookedUp:       map[string]bool{},
 	}
 	for _, o := range opts {
 		o(c)
@@ -118,7 +118,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		}
 		c.addEndpoint(u)
 	}
-	c.scheme, _, _ = strings.Cut(c.eps[0], "://")
+	c.scheme, _, _ = strings.Cut(c.endpoints[0], "://")
 	switch {
 	case c.drift < 0 || c.drift >= 0.5:
 		return nil, fmt.Errorf("raftlock: drift %v out of range [0, 0.5)", c.drift)
@@ -165,7 +165,7 @@ func (c *Client) Leader() string {
 func (c *Client) Endpoints() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]string(nil), c.eps...)
+	return append([]string(nil), c.endpoints...)
 }
 
 func normalizeEndpoint(ep, scheme string) (string, error) {
@@ -186,12 +186,12 @@ func normalizeEndpoint(ep, scheme string) (string, error) {
 // addEndpoint appends u to the rotation unless it is there. c.mu held or not
 // yet shared.
 func (c *Client) addEndpoint(u string) {
-	for _, e := range c.eps {
+	for _, e := range c.endpoints {
 		if e == u {
 			return
 		}
 	}
-	c.eps = append(c.eps, u)
+	c.endpoints = append(c.endpoints, u)
 }
 
 // route picks the endpoint for the next attempt: the leader when preferred
@@ -207,14 +207,14 @@ func (c *Client) route(preferLeader bool) (string, time.Duration) {
 			return a, 0
 		}
 	}
-	n := len(c.eps)
+	n := len(c.endpoints)
 	best := ""
 	for i := 0; i < n; i++ {
-		j := (c.cur + i) % n
-		u := c.eps[j]
+		j := (c.current + i) % n
+		u := c.endpoints[j]
 		nb := c.notBefore[u]
 		if !now.Before(nb) {
-			c.cur = j
+			c.current = j
 			return u, 0
 		}
 		if best == "" || nb.Before(c.notBefore[best]) {
@@ -234,8 +234,8 @@ func (c *Client) penalize(u string, d time.Duration, forgetLeader bool) {
 	if forgetLeader && c.leader != "" && c.addrs[c.leader] == u {
 		c.leader = ""
 	}
-	if c.eps[c.cur] == u {
-		c.cur = (c.cur + 1) % len(c.eps)
+	if c.endpoints[c.current] == u {
+		c.current = (c.current + 1) % len(c.endpoints)
 	}
 }
 
@@ -281,9 +281,9 @@ func (c *Client) learnCluster(cs *ClusterStatus) {
 func (c *Client) needLeaderLookup() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.leader == "" || c.addrs[c.leader] != "" || c.looked[c.leader] {
+	if c.leader == "" || c.addrs[c.leader] != "" || c.lookedUp[c.leader] {
 		return false
 	}
-	c.looked[c.leader] = true
+	c.lookedUp[c.leader] = true
 	return true
 }

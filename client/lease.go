@@ -259,12 +259,12 @@ func (l *Lease) renewResult(err error) bool {
 // renewLoop renews until success, a refusal, or ctx ends.
 func (l *Lease) renewLoop(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
-		info, oc, err := l.c.renew(ctx, l.name, l.id, 0)
+		info, tried, err := l.c.renew(ctx, l.name, l.id, 0)
 		switch {
 		case err == nil && info.Token != l.token:
 			return fmt.Errorf("%w: renew answered fencing token %d, lease has %d", ErrLeaseLost, info.Token, l.token)
 		case err == nil:
-			l.extend(oc.sent)
+			l.extend(tried.sent)
 			return nil
 		case errors.Is(err, ErrNotHolder):
 			return fmt.Errorf("%w: %w", ErrLeaseLost, err)

@@ -154,7 +154,7 @@ func (c *Client) probe(ctx context.Context, endpoint, path string) error {
 	u := ""
 	if endpoint == "" {
 		c.mu.Lock()
-		u = c.eps[0]
+		u = c.endpoints[0]
 		c.mu.Unlock()
 	} else {
 		var err error

@@ -66,101 +66,133 @@ type response struct {
 // endpoints on connection errors, 503 and 429 (honouring Retry-After) with
 // jittered exponential backoff. A 200 answer is decoded into out.
 func (c *Client) do(ctx context.Context, r request, out any) (outcome, error) {
-	var oc outcome
-	var body []byte
+	cl := call{c: c, r: r}
 	if r.body != nil {
 		b, err := json.Marshal(r.body)
 		if err != nil {
-			return oc, fmt.Errorf("raftlock: encode request: %w", err)
+			return cl.tried, fmt.Errorf("raftlock: encode request: %w", err)
 		}
-		body = b
+		cl.body = b
 	}
-	var last error
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
-			return oc, unknownOutcome(oc, ctxError(ctx, last))
+			return cl.tried, unknownOutcome(cl.tried, ctxError(ctx, cl.last))
 		}
-		if r.leader && c.needLeaderLookup() {
-			c.lookupLeader(ctx)
-		}
-		u, wait := c.route(r.leader)
-		if wait > 0 {
-			// No point sleeping into the caller's deadline: give up now,
-			// with the reason (no_leader, overloaded, refused).
-			if dl, ok := ctx.Deadline(); ok && last != nil && time.Until(dl) < wait {
-				return oc, unknownOutcome(oc, fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, last))
-			}
-			if err := c.sleep(ctx, wait); err != nil {
-				return oc, unknownOutcome(oc, ctxError(ctx, last))
-			}
+		u, err := cl.pickEndpoint(ctx)
+		if err != nil {
+			return cl.tried, err
 		}
 		sent := c.clock.Now()
-		resp, err := c.send(ctx, u, r, body)
+		resp, err := c.send(ctx, u, r, cl.body)
 		if err != nil {
-			definite := notSent(err)
-			if !definite && r.method != http.MethodGet { // a read applies nothing
-				oc.mayHaveApplied(sent)
-			}
-			if ctx.Err() != nil {
-				// The previous failure, if any, says more than "canceled".
-				return oc, unknownOutcome(oc, ctxError(ctx, cmp.Or(last, err)))
-			}
-			last = fmt.Errorf("raftlock: %s %s: %w", r.method, u+r.path, err)
-			if badCertificate(err) {
-				// Every retry would meet the same certificate.
-				return oc, last
-			}
-			c.log.Debug("request failed", "endpoint", u, "path", r.path, "attempt", attempt, "error", err)
-			c.penalize(u, c.backoff(attempt), true)
-			if !definite && !r.idempotent {
-				return oc, unknownOutcome(oc, last)
+			if err := cl.sendFailed(ctx, u, sent, attempt, err); err != nil {
+				return cl.tried, err
 			}
 			continue
 		}
 		c.observe(u, resp.header, resp.status)
-		if resp.status == http.StatusOK {
-			if oc.sent.IsZero() {
-				oc.sent = sent
-			}
-			if out != nil {
-				if err := json.Unmarshal(resp.body, out); err != nil {
-					return oc, fmt.Errorf("raftlock: decode answer of %s %s: %w", r.method, u+r.path, err)
-				}
-			}
-			return oc, nil
-		}
-		apiErr := c.parseError(resp, r.lock)
-		last = apiErr
-		switch resp.status {
-		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
-			// The contract says neither leaves a half-applied change, so
-			// these are safe to retry for any request.
-			d := c.backoff(attempt)
-			if ra := retryAfter(resp.header, c.clock.Now()); ra > d {
-				d = ra
-			}
-			c.log.Debug("retrying", "endpoint", u, "path", r.path, "status", resp.status, "wait", d)
-			c.penalize(u, d, resp.status == http.StatusServiceUnavailable)
-		case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
-			// 504 unknown_outcome (and a 500 or a proxy's 502) may have
-			// been applied: only a request that is safe to repeat is
-			// resent, with the same lease id.
-			if r.method != http.MethodGet {
-				oc.mayHaveApplied(sent)
-			}
-			if !r.idempotent {
-				return oc, unknownOutcome(oc, apiErr)
-			}
-			d := c.backoff(attempt)
-			if ra := retryAfter(resp.header, c.clock.Now()); ra > d {
-				d = ra
-			}
-			c.log.Debug("outcome unknown, retrying", "endpoint", u, "path", r.path, "status", resp.status, "wait", d)
-			c.penalize(u, d, true)
-		default:
-			return oc, apiErr
+		if done, err := cl.answered(u, sent, attempt, resp, out); done {
+			return cl.tried, err
 		}
 	}
+}
+
+// call is one logical request across its attempts.
+type call struct {
+	c     *Client
+	r     request
+	body  []byte
+	tried outcome // what the attempts so far may have done
+	last  error   // the last attempt's failure, the best reason to give
+}
+
+// pickEndpoint chooses where the next attempt goes, waiting out a backoff
+// unless it would run past the caller's deadline.
+func (cl *call) pickEndpoint(ctx context.Context) (string, error) {
+	c := cl.c
+	if cl.r.leader && c.needLeaderLookup() {
+		c.lookupLeader(ctx)
+	}
+	u, wait := c.route(cl.r.leader)
+	if wait <= 0 {
+		return u, nil
+	}
+	// No point sleeping into the caller's deadline: give up now, with the
+	// reason (no_leader, overloaded, refused).
+	if dl, ok := ctx.Deadline(); ok && cl.last != nil && time.Until(dl) < wait {
+		return "", unknownOutcome(cl.tried, fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, cl.last))
+	}
+	if err := c.sleep(ctx, wait); err != nil {
+		return "", unknownOutcome(cl.tried, ctxError(ctx, cl.last))
+	}
+	return u, nil
+}
+
+// sendFailed handles an attempt that got no answer. It returns the error
+// that ends the call, or nil to try again.
+func (cl *call) sendFailed(ctx context.Context, u string, sent time.Time, attempt int, err error) error {
+	c, r := cl.c, cl.r
+	definite := notSent(err)
+	if !definite && r.method != http.MethodGet { // a read applies nothing
+		cl.tried.mayHaveApplied(sent)
+	}
+	if ctx.Err() != nil {
+		// The previous failure, if any, says more than "canceled".
+		return unknownOutcome(cl.tried, ctxError(ctx, cmp.Or(cl.last, err)))
+	}
+	cl.last = fmt.Errorf("raftlock: %s %s: %w", r.method, u+r.path, err)
+	if badCertificate(err) {
+		return cl.last // every retry would meet the same certificate
+	}
+	c.log.Debug("request failed", "endpoint", u, "path", r.path, "attempt", attempt, "error", err)
+	c.penalize(u, c.backoff(attempt), true)
+	if !definite && !r.idempotent {
+		return unknownOutcome(cl.tried, cl.last)
+	}
+	return nil
+}
+
+// answered handles an attempt that got an HTTP answer: done says the call
+// is over (with err, nil on success); otherwise the next attempt follows.
+func (cl *call) answered(u string, sent time.Time, attempt int, resp *response, out any) (done bool, err error) {
+	c, r := cl.c, cl.r
+	if resp.status == http.StatusOK {
+		if cl.tried.sent.IsZero() {
+			cl.tried.sent = sent
+		}
+		if out != nil {
+			if err := json.Unmarshal(resp.body, out); err != nil {
+				return true, fmt.Errorf("raftlock: decode answer of %s %s: %w", r.method, u+r.path, err)
+			}
+		}
+		return true, nil
+	}
+	apiErr := c.parseError(resp, r.lock)
+	cl.last = apiErr
+	switch resp.status {
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+		// The contract says neither leaves a half-applied change, so these
+		// are safe to retry for any request.
+		d := max(c.backoff(attempt), retryAfter(resp.header, c.clock.Now()))
+		c.log.Debug("retrying", "endpoint", u, "path", r.path, "status", resp.status, "wait", d)
+		c.penalize(u, d, resp.status == http.StatusServiceUnavailable)
+		return false, nil
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
+		// 504 unknown_outcome (and a 500 or a proxy's 502) may have been
+		// applied: only a request that is safe to repeat is resent, with the
+		// same lease id.
+		if r.method != http.MethodGet {
+			cl.tried.mayHaveApplied(sent)
+		}
+		if !r.idempotent {
+			return true, unknownOutcome(cl.tried, apiErr)
+		}
+		d := max(c.backoff(attempt), retryAfter(resp.header, c.clock.Now()))
+		c.log.Debug("outcome unknown, retrying", "endpoint", u, "path", r.path, "status", resp.status, "wait", d)
+		c.penalize(u, d, true)
+		return false, nil
+	}
+	return true, apiErr
 }
 
 // send makes one attempt at u.
