@@ -79,6 +79,24 @@ func TestLayering(t *testing.T) {
 			t.Error(v)
 		}
 	})
+	t.Run("raftnode makes no HTTP calls", func(t *testing.T) {
+		// Joins, announces and progress go through functions in its Config
+		// (httpapi.Joiner, httpapi.ProgressFetcher). net/http still comes in
+		// below the Prometheus and go-metrics libraries, so this checks
+		// raftnode's own imports only.
+		out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, mod+"raftnode/...").Output()
+		if err != nil {
+			t.Fatalf("go list: %v", err)
+		}
+		for line := range strings.Lines(string(out)) {
+			f := strings.Fields(line)
+			for _, d := range f[1:] {
+				if d == "net/http" || strings.HasPrefix(d, "net/http/") {
+					t.Errorf("%s imports %s", f[0], d)
+				}
+			}
+		}
+	})
 	t.Run("raftnode imports no httpapi", func(t *testing.T) {
 		// Its test helpers that serve the API live in internal/clustertest.
 		for _, v := range violations(t, mod+"raftnode/...", mod+"httpapi") {

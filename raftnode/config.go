@@ -34,12 +34,12 @@ type Config struct {
 	// place of a TCP dial (TLS, with RaftTLS, runs over them). Tests cut
 	// links with it (internal/clustertest Partition).
 	RaftDial func(ctx context.Context, addr string) (net.Conn, error)
-	// APITLS, when set, is the client config for this node's own calls to
-	// other nodes' HTTP API (join and announce), which then use https.
-	APITLS *tls.Config
-	// APIToken is the bearer token (an admin one) for those calls, when the
-	// cluster requires tokens.
-	APIToken string
+	// Announce tells the node at target (the leader's HTTP address, or
+	// Join) this node's id and addresses: a join on a fresh data dir, else
+	// how the cluster learns where to forward to it. httpapi.Joiner builds
+	// it, with the API's TLS and token. nil: the node never announces (and
+	// Join cannot work).
+	Announce func(ctx context.Context, target, id, raftAddr, httpAddr string) error
 	// FetchProgress asks a member, at its HTTP address, for its own progress
 	// (promote.go). The leader promotes a joined non-voter only once it
 	// reports having caught up, and counts only members that answer as

@@ -1,11 +1,8 @@
 package raftnode
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -215,18 +212,13 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 
 // register makes sure the cluster knows this node's HTTP address, so that
 // followers can forward to it when it leads. It joins through cfg.Join on a
-// fresh data dir, else announces itself to the leader; a leader publishes
-// its own address in leaderLoop.
+// fresh data dir, else announces itself to the leader, both with
+// cfg.Announce (raftnode speaks no HTTP; httpapi.Joiner does); a leader
+// publishes its own address in leaderLoop.
 func (n *Node) register() {
 	defer n.wg.Done()
-	if n.cfg.AdvertiseHTTP == "" {
+	if n.cfg.AdvertiseHTTP == "" || n.cfg.Announce == nil {
 		return
-	}
-	if n.cfg.APITLS != nil {
-		// register is the only user of httpc, and runs once per node.
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.TLSClientConfig = n.cfg.APITLS.Clone()
-		n.httpc.Transport = t
 	}
 	// Poll briskly while there is nobody to announce to (the leader has not
 	// published its own address yet); back off only after failed attempts.
@@ -242,7 +234,10 @@ func (n *Node) register() {
 		}
 		wait := poll
 		if target != "" && !n.IsLeader() {
-			if err := n.announce(target); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := n.cfg.Announce(ctx, target, n.cfg.ID, n.cfg.AdvertiseRaft, n.cfg.AdvertiseHTTP)
+			cancel()
+			if err != nil {
 				n.log.Debug("announce to leader failed", "target", target, "error", err)
 				wait, backoff = backoff, min(2*backoff, 2*time.Second)
 			}
@@ -253,36 +248,4 @@ func (n *Node) register() {
 		case <-time.After(wait):
 		}
 	}
-}
-
-// announce posts this node's addresses to /v1/cluster/join on target, over
-// https when the cluster uses TLS, with the node's admin token if it has one.
-func (n *Node) announce(target string) error {
-	if !strings.Contains(target, "://") {
-		scheme := "http://"
-		if n.cfg.APITLS != nil {
-			scheme = "https://"
-		}
-		target = scheme + target
-	}
-	body, _ := json.Marshal(map[string]string{"id": n.cfg.ID, "raft_addr": n.cfg.AdvertiseRaft, "http_addr": n.cfg.AdvertiseHTTP})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(target, "/")+"/v1/cluster/join", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if n.cfg.APIToken != "" {
-		req.Header.Set("Authorization", "Bearer "+n.cfg.APIToken)
-	}
-	resp, err := n.httpc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("join via %s: status %d", target, resp.StatusCode)
-	}
-	return nil
 }

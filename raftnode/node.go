@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -48,7 +47,6 @@ type Node struct {
 	metrics    *nodeMetrics
 	pending    chan struct{} // admission slots for client writes; see applyAdmitted
 
-	httpc    *http.Client
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -64,6 +62,9 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 	cfg.setDefaults()
 	if cfg.ID == "" {
 		return nil, errors.New("raftnode: node id is required")
+	}
+	if cfg.Join != "" && cfg.Announce == nil {
+		return nil, errors.New("raftnode: Join needs Announce (httpapi.Joiner) to reach the cluster")
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
@@ -81,7 +82,6 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 		notifyCh:  make(chan bool, 16),
 		changed:   make(chan struct{}, 1),
 		observers: observers,
-		httpc:     &http.Client{Timeout: 5 * time.Second},
 		stop:      make(chan struct{}),
 		pending:   make(chan struct{}, cfg.MaxPendingApplies),
 	}

@@ -155,15 +155,15 @@ func TestParseServeSecurity(t *testing.T) {
 		check   func(t *testing.T, c serveConfig)
 	}{
 		{name: "plain", args: nil, check: func(t *testing.T, c serveConfig) {
-			if c.apiTLS != nil || c.node.RaftTLS != nil || c.tokens != nil || c.node.APIToken != "" {
+			if c.apiTLS != nil || c.node.RaftTLS != nil || c.tokens != nil || c.nodeToken != "" {
 				t.Errorf("security on without flags: %+v", c)
 			}
 		}},
 		{name: "tls and tokens", args: append(append([]string{"--auth-tokens", tokens}, tlsFlags...), "--tls-verify-clients"), check: func(t *testing.T, c serveConfig) {
-			if c.apiTLS == nil || c.forwardTLS == nil || c.node.RaftTLS == nil || c.node.APITLS == nil || c.tokens == nil {
+			if c.apiTLS == nil || c.forwardTLS == nil || c.node.RaftTLS == nil || c.tokens == nil {
 				t.Fatalf("missing a TLS config or the tokens: %+v", c)
 			}
-			if c.node.APIToken != cliAdmin {
+			if c.nodeToken != cliAdmin {
 				t.Errorf("the node's own token is not the file's admin token")
 			}
 			if c.apiTLS.ClientAuth != tls.RequireAndVerifyClientCert || c.node.RaftTLS.ClientAuth != tls.RequireAndVerifyClientCert {
@@ -171,7 +171,7 @@ func TestParseServeSecurity(t *testing.T) {
 			}
 		}},
 		{name: "join token wins", args: []string{"--auth-tokens", noAdmin, "--join-token", "given-0123456789abcdef"}, check: func(t *testing.T, c serveConfig) {
-			if c.node.APIToken != "given-0123456789abcdef" {
+			if c.nodeToken != "given-0123456789abcdef" {
 				t.Errorf("the node's own token is not --join-token")
 			}
 		}},

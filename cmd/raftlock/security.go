@@ -46,7 +46,7 @@ func (s *securityFlags) apply(c *serveConfig) error {
 		}
 		c.apiTLS = b.Server(s.verifyClients)
 		c.forwardTLS = b.Client()
-		c.node.RaftTLS, c.node.APITLS = b.Peer(), b.Client()
+		c.node.RaftTLS = b.Peer()
 		if strings.HasPrefix(c.node.Join, "http://") {
 			return fmt.Errorf("--join %s: the cluster uses TLS; use https://", c.node.Join)
 		}
@@ -67,11 +67,11 @@ func (s *securityFlags) apply(c *serveConfig) error {
 		return fmt.Errorf("--auth-tokens: %w", err)
 	}
 	c.tokens = toks
-	c.node.APIToken = s.joinToken
-	if c.node.APIToken == "" {
-		c.node.APIToken = toks.AdminToken()
+	c.nodeToken = s.joinToken
+	if c.nodeToken == "" {
+		c.nodeToken = toks.AdminToken()
 	}
-	if c.node.APIToken == "" {
+	if c.nodeToken == "" {
 		return errors.New("--auth-tokens: no admin token in plain text for this node's own join; add one or give --join-token")
 	}
 	return nil

@@ -54,8 +54,9 @@ type serveConfig struct {
 	admission   admissionFlags
 
 	apiTLS     *tls.Config     // HTTPS server config; nil: plain HTTP
-	forwardTLS *tls.Config     // client config for forwarding to the leader
+	forwardTLS *tls.Config     // client config for the node's calls to other nodes' API: forwarding, join, progress
 	tokens     *httpapi.Tokens // nil: no authentication
+	nodeToken  string          // admin token the node's own join, announce and progress calls carry
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -210,8 +211,10 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	}
 	defer ln.Close()
 	cfg.node.Clock = nodeClock(cfg.node.Clock) // debug_*.go: the fault clock in a fault build
-	// The leader asks joined nodes for their progress on their API, as it forwards.
-	cfg.node.FetchProgress = httpapi.ProgressFetcher(cfg.node.APITLS, cfg.node.APIToken)
+	// raftnode speaks no HTTP: a node announces itself (and joins) through
+	// the API, and the leader asks joined nodes for their progress there.
+	cfg.node.Announce = httpapi.Joiner(cfg.forwardTLS, cfg.nodeToken)
+	cfg.node.FetchProgress = httpapi.ProgressFetcher(cfg.forwardTLS, cfg.nodeToken)
 	node, err := raftnode.New(cfg.node)
 	if err != nil {
 		return err

@@ -154,8 +154,11 @@ func (n *Node) start(peers map[string]string, join string) {
 		Logger:           testLogger(t, n.ID),
 	}
 	apiOpts := httpapi.Options{LeaderWait: time.Second}
+	// The node's own calls to other nodes' API (join, announce, progress).
+	var apiTLS *tls.Config
+	var apiToken string
 	if n.tls != nil {
-		cfg.RaftTLS, cfg.APITLS = n.tls.Peer(), n.tls.Client()
+		cfg.RaftTLS, apiTLS = n.tls.Peer(), n.tls.Client()
 		apiOpts.ForwardTLS = n.tls.Client()
 	}
 	if n.cluster.opts.Tokens != "" {
@@ -163,13 +166,13 @@ func (n *Node) start(peers map[string]string, join string) {
 		if err != nil {
 			t.Fatalf("tokens: %v", err)
 		}
-		apiOpts.Tokens, cfg.APIToken = toks, toks.AdminToken()
+		apiOpts.Tokens, apiToken = toks, toks.AdminToken()
 	}
+	// As cmd/raftlock serve wires them; Configure may replace them.
+	cfg.Announce = httpapi.Joiner(apiTLS, apiToken)
+	cfg.FetchProgress = httpapi.ProgressFetcher(apiTLS, apiToken)
 	if n.cluster.opts.Configure != nil {
 		n.cluster.opts.Configure(&cfg)
-	}
-	if cfg.FetchProgress == nil { // as cmd/raftlock serve wires it
-		cfg.FetchProgress = httpapi.ProgressFetcher(cfg.APITLS, cfg.APIToken)
 	}
 	apiOpts.Logger = cfg.Logger
 	ln, raftLn := n.httpLn, n.raftLn
