@@ -14,8 +14,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +27,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
 func scaleEnv(b *testing.B, key string, def int) int {
@@ -56,15 +59,6 @@ type procCluster struct {
 	nodes []*procNode
 }
 
-func freeAddr(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func startProcCluster(b *testing.B, extra ...string) *procCluster {
 	bin := os.Getenv("RAFTLOCK_BIN")
 	if bin == "" {
@@ -81,9 +75,12 @@ func startProcCluster(b *testing.B, extra ...string) *procCluster {
 			b.Fatal(err)
 		}
 	}
+	// Ports below the ephemeral range: a restarted node binds its own again.
+	ports := clustertest.FreePorts(b, 6)
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	var peers []string
 	for i := 1; i <= 3; i++ {
-		n := &procNode{id: fmt.Sprintf("n%d", i), httpAddr: freeAddr(b), raftAddr: freeAddr(b), dir: filepath.Join(root, fmt.Sprintf("n%d", i))}
+		n := &procNode{id: fmt.Sprintf("n%d", i), httpAddr: addr(2*i - 2), raftAddr: addr(2*i - 1), dir: filepath.Join(root, fmt.Sprintf("n%d", i))}
 		n.logPath = n.dir + ".log"
 		peers = append(peers, n.id+"="+n.raftAddr)
 		c.nodes = append(c.nodes, n)
@@ -154,6 +151,35 @@ func (c *procCluster) leader(timeout time.Duration) *procNode {
 	}
 	c.b.Fatal("no leader")
 	return nil
+}
+
+// waitCaughtUp waits until every node has applied what the leader had
+// committed when it was called.
+func (c *procCluster) waitCaughtUp(timeout time.Duration) {
+	info := func(n *procNode) (api.Cluster, error) {
+		var v api.Cluster
+		resp, err := http.Get(n.url() + "/v1/cluster")
+		if err != nil {
+			return v, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return v, fmt.Errorf("%s: status %d", n.id, resp.StatusCode)
+		}
+		return v, json.NewDecoder(resp.Body).Decode(&v)
+	}
+	li, err := info(c.leader(timeout))
+	if err != nil {
+		c.b.Fatal(err)
+	}
+	clustertest.WaitFor(c.b, timeout, fmt.Sprintf("every node to apply index %d", li.CommitIndex), func() bool {
+		for _, n := range c.nodes {
+			if i, err := info(n); err != nil || i.AppliedIndex < li.CommitIndex {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func (c *procCluster) target(workers int) *httpTarget {
@@ -321,7 +347,7 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	took, failed := load(b, t, "held/", n, 64, func() time.Duration { return time.Hour })
 	b.Logf("loaded %d locks in %s (%.0f acquires/s), %d failed", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), failed)
 	b.ReportMetric(float64(n)/took.Seconds(), "load-acquires/s")
-	time.Sleep(3 * time.Second) // followers catch up
+	c.waitCaughtUp(time.Minute)
 	for _, nd := range c.nodes {
 		held, _ := metric(nd, "raftlock_leases_held")
 		heap, _ := metric(nd, "go_memstats_heap_inuse_bytes")
