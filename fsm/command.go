@@ -41,8 +41,17 @@ func (o Op) String() string {
 // Command is one log entry's payload. Stamp is the leader's monotonic clock
 // reading when it created the entry; it is the only way time enters the FSM.
 type Command struct {
-	Op        Op
-	Stamp     int64  // leader monotonic nanoseconds, comparable within one term only
+	// Version is the encoding the command is written in (Encode) or was
+	// read from (DecodeCommand): 1 or 2; 0 means 1. Only a leader that
+	// knows every member understands a version may write it (DESIGN.md,
+	// "Command versions").
+	Version uint8
+	Op      Op
+	Stamp   int64 // leader monotonic nanoseconds, comparable within one term only
+	// StampTerm (version 2 only) is the Raft term the leader was leading
+	// in when it read Stamp. A stamp whose term is not its entry's term
+	// counts no time (DESIGN.md, "Stale stamps").
+	StampTerm uint64
 	Name      string // lock name
 	Owner     string
 	LeaseID   string
@@ -52,12 +61,25 @@ type Command struct {
 	NodeAddr  string
 }
 
-// commandVersion is the first byte of every encoded command, so the format can
-// change without misreading old logs.
-const commandVersion = 1
+// The first byte of every encoded command is its version, so the format can
+// change without misreading old logs. Version 1 entries stay readable forever.
+const (
+	commandVersion1 = 1 // op, stamp, ttl, lock-delay, five strings
+	commandVersion2 = 2 // version 1 with the stamp's term after the stamp
+	// MaxCommandVersion is the highest command version this build decodes
+	// and applies. Nodes publish it (GET /v1/cluster, command_version) and
+	// a leader writes a version only when every member has published at
+	// least that.
+	MaxCommandVersion = commandVersion2
+)
 
 // ErrBadCommand is returned for bytes that do not decode to a command.
 var ErrBadCommand = errors.New("fsm: malformed command")
+
+// ErrUnknownVersion is returned for a command in a version newer than
+// MaxCommandVersion. It also matches ErrUnknownOp: for the node it is the
+// same news (a newer version wrote this entry; stop and upgrade).
+var ErrUnknownVersion = errors.New("fsm: unknown command version")
 
 // ErrUnknownOp is returned for a well-formed command whose op this version
 // does not know: written by a newer version. Applying it as "invalid" here
@@ -69,10 +91,23 @@ var ErrUnknownOp = errors.New("fsm: unknown op")
 // knownOp reports whether this version can apply o.
 func knownOp(o Op) bool { return o >= OpAcquire && o <= OpRemoveNode }
 
-// Encode appends the compact binary form of c to dst and returns it.
+// Encode appends the compact binary form of c in version c.Version (0: 1)
+// to dst and returns it. Version 1 has no StampTerm: it is dropped. A
+// version above MaxCommandVersion is a programming error and panics: there
+// is no encoding to write.
 func (c *Command) Encode(dst []byte) []byte {
-	dst = append(dst, commandVersion, byte(c.Op))
+	v := c.Version
+	if v == 0 {
+		v = commandVersion1
+	}
+	if v > MaxCommandVersion {
+		panic(fmt.Sprintf("fsm: cannot encode command version %d (max %d)", v, MaxCommandVersion))
+	}
+	dst = append(dst, v, byte(c.Op))
 	dst = binary.AppendVarint(dst, c.Stamp)
+	if v >= commandVersion2 {
+		dst = binary.AppendUvarint(dst, c.StampTerm)
+	}
 	dst = binary.AppendVarint(dst, c.TTL)
 	dst = binary.AppendVarint(dst, c.LockDelay)
 	for _, s := range [...]string{c.Name, c.Owner, c.LeaseID, c.NodeID, c.NodeAddr} {
@@ -85,14 +120,25 @@ func (c *Command) Encode(dst []byte) []byte {
 // DecodeCommand parses bytes written by Encode.
 func DecodeCommand(b []byte) (Command, error) {
 	d := decoder{buf: b}
-	if v := d.byte(); v != commandVersion {
-		return Command{}, fmt.Errorf("%w: version %d", ErrBadCommand, v)
+	v := d.byte()
+	switch {
+	case d.err != nil:
+		return Command{}, d.err
+	case v == 0:
+		return Command{}, fmt.Errorf("%w: version 0", ErrBadCommand)
+	case v > MaxCommandVersion:
+		// No attempt to read what we can of it: a newer version's fields
+		// may change what the entry means (DESIGN.md, "Command versions").
+		return Command{}, fmt.Errorf("%w (%w): version %d, this build reads up to %d", ErrUnknownVersion, ErrUnknownOp, v, MaxCommandVersion)
 	}
-	c := Command{Op: Op(d.byte())}
+	c := Command{Version: v, Op: Op(d.byte())}
 	if d.err == nil && !knownOp(c.Op) {
 		return Command{}, fmt.Errorf("%w: %v", ErrUnknownOp, c.Op)
 	}
 	c.Stamp = d.varint()
+	if v >= commandVersion2 {
+		c.StampTerm = d.uvarint()
+	}
 	c.TTL = d.varint()
 	c.LockDelay = d.varint()
 	c.Name = d.string()

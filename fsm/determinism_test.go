@@ -94,6 +94,19 @@ func genLog(next func(n int) int, length int) []logEntry {
 			stamp -= 50 * ms // out of stamp order within a term
 		}
 		c := Command{Stamp: stamp, Name: names[next(len(names))], LeaseID: leases[next(len(leases))]}
+		// Both formats, and version 2 stamps read in another term: an
+		// earlier one (a leader that stamped, was deposed and won again)
+		// or, as bytes allow, any other.
+		switch next(6) {
+		case 0, 1:
+			c.Version = commandVersion1
+		case 2:
+			c.Version, c.StampTerm = commandVersion2, term-1
+		case 3:
+			c.Version, c.StampTerm = commandVersion2, term+1
+		default:
+			c.Version, c.StampTerm = commandVersion2, term
+		}
 		switch next(10) {
 		case 0, 1, 2, 3:
 			c.Op, c.TTL, c.LockDelay = OpAcquire, int64(1+next(3))*100, int64(next(3))*100
@@ -105,7 +118,7 @@ func genLog(next func(n int) int, length int) []logEntry {
 		case 7:
 			c.Op, c.NodeID, c.NodeAddr = OpSetNode, names[next(3)], "addr-"+strconv.Itoa(next(3))
 		default:
-			c = Command{Op: OpTick, Stamp: stamp}
+			c = Command{Version: c.Version, Op: OpTick, Stamp: stamp, StampTerm: c.StampTerm}
 		}
 		out = append(out, logEntry{uint64(i + 1), term, c.Encode(nil)})
 	}

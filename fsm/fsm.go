@@ -67,7 +67,7 @@ type entry struct {
 // leader measured within its own term.
 type Clock struct {
 	Now   int64  // FSM clock, nanoseconds
-	Term  uint64 // term of the last applied entry
+	Term  uint64 // term whose stamps the clock is based on: that of the last entry whose stamp counted
 	Stamp int64  // highest leader stamp seen in that term
 	Index uint64 // last applied Raft index
 }
@@ -107,7 +107,7 @@ func (m *Machine) Apply(index, term uint64, data []byte) (Result, error) {
 func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.advance(index, term, c.Stamp)
+	m.advance(index, term, c)
 	freed, expired := m.expireDue()
 	if c.Op == OpAcquire || c.Op == OpRenew || c.Op == OpRelease {
 		f, x := m.settleName(c.Name)
@@ -144,8 +144,20 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 // its previous stamp and this one. Across a change of term nothing is added:
 // two leaders' monotonic clocks cannot be compared, and adding nothing can
 // only lengthen leases, never shorten them.
-func (m *Machine) advance(index, term uint64, stamp int64) {
+//
+// A version 2 command says in which term its stamp was read. A stamp read in
+// another term than the entry's (a leader that stamped, lost leadership, won
+// a later term and only then logged the entry) may be older than time an
+// earlier term already counted: it neither becomes the base nor adds time,
+// and the clock's term stays the one its base belongs to, so the next stamp
+// of this term sets the base. Version 1 commands cannot tell and keep the
+// old rule (DESIGN.md, "Stale stamps").
+func (m *Machine) advance(index, term uint64, c Command) {
 	m.clock.Index = index
+	if c.Version >= commandVersion2 && c.StampTerm != term {
+		return
+	}
+	stamp := c.Stamp
 	if term != m.clock.Term {
 		m.clock.Term, m.clock.Stamp = term, stamp
 		return

@@ -14,11 +14,14 @@ func FuzzApply(f *testing.F) {
 		release("orders/1", "lease-aaaaaaaaaaaaaaaa"),
 		{Op: OpTick, Stamp: 1 << 40},
 		{Op: OpSetNode, NodeID: "n1", NodeAddr: "127.0.0.1:8001"},
+		{Version: 2, Op: OpTick, Stamp: 1 << 40, StampTerm: 7},
+		{Version: 2, Op: OpAcquire, Stamp: 5, StampTerm: 1, Name: "a", LeaseID: "L", TTL: 1000},
 	} {
 		f.Add(c.Encode(nil))
 	}
 	f.Add([]byte{})
-	f.Add([]byte{commandVersion, byte(OpAcquire), 0xff, 0xff})
+	f.Add([]byte{commandVersion1, byte(OpAcquire), 0xff, 0xff})
+	f.Add([]byte{MaxCommandVersion + 1, byte(OpTick), 0x02})
 	m := New()
 	var index uint64
 	f.Fuzz(func(t *testing.T, data []byte) {
