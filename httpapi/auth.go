@@ -56,6 +56,8 @@ var routeRoles = map[string]Role{
 	"POST /v1/cluster/leave":               RoleAdmin,
 	"POST /v1/cluster/transfer-leadership": RoleAdmin,
 	"POST /v1/cluster/check-state":         RoleAdmin,
+	"GET /v1/snapshot":                     RoleAdmin, // every lease id
+	"POST /v1/snapshot":                    RoleAdmin,
 }
 
 // Tokens is a set of bearer tokens and their roles. Only SHA-256 hashes of

@@ -244,7 +244,7 @@ func (s *Server) inflight(next http.Handler) http.Handler {
 // is read only for a client allowed to send it.
 func (s *Server) bodyFirst(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !hasBody(r) {
+		if !hasBody(r) || streamsBody(r) {
 			next.ServeHTTP(w, r)
 			return
 		}

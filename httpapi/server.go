@@ -114,6 +114,8 @@ func New(store Store, opts Options) *Server {
 	r.HandleFunc("/v1/cluster/leave", writeHandler(s, nil, s.leave)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/cluster/transfer-leadership", writeHandler(s, nil, s.transfer)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/cluster/check-state", writeHandler(s, nil, s.checkState)).Methods(http.MethodPost)
+	r.HandleFunc(snapshotPath, s.saveSnapshot).Methods(http.MethodGet)
+	r.HandleFunc(snapshotPath, s.restoreSnapshot).Methods(http.MethodPost) // binary body: bodyFirst leaves it (streamsBody)
 	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
 	r.Handle("/metrics", opts.Metrics).Methods(http.MethodGet)

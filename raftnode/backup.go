@@ -38,7 +38,14 @@ const (
 )
 
 // ErrBadBackup is returned for a file that is not a whole, intact backup.
-var ErrBadBackup = errors.New("not a valid raftlock backup")
+// Its BadInput method tells the HTTP layer (which may not import raftnode)
+// to answer 400.
+var ErrBadBackup error = badBackupError{}
+
+type badBackupError struct{}
+
+func (badBackupError) Error() string  { return "not a valid raftlock backup" }
+func (badBackupError) BadInput() bool { return true }
 
 // BackupInfo describes a backup file.
 type BackupInfo struct {
@@ -189,6 +196,18 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 	}
 	n.log.Warn("cluster state restored from a backup", "backup_index", info.Index, "backup_term", info.Term, "locks", info.Locks)
 	return info, nil
+}
+
+// SaveSnapshot writes a backup file to w (httpapi.Snapshotter).
+func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) error {
+	_, err := n.Backup(ctx, w)
+	return err
+}
+
+// RestoreSnapshot restores a backup file read from r (httpapi.Snapshotter).
+func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) error {
+	_, err := n.Restore(ctx, r)
+	return err
 }
 
 // forgetClockTerm sets the term in an fsm snapshot's clock to 0, a term no
