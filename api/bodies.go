@@ -121,7 +121,10 @@ type Cluster struct {
 	LastIndex    uint64 `json:"last_index"` // the last index in its log
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
-	Nodes        []Node `json:"nodes"`
+	// CommandVersion is the highest log command format the answering node
+	// understands; absent (0) from older builds.
+	CommandVersion uint8  `json:"command_version,omitempty"`
+	Nodes          []Node `json:"nodes"`
 }
 
 // Node is one member of the cluster in Cluster.

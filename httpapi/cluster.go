@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/store"
 )
 
@@ -21,7 +22,8 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	v := api.Cluster{ID: st.ID, Leader: st.Leader, Term: st.Term, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Nodes: []api.Node{}}
+	v := api.Cluster{ID: st.ID, Leader: st.Leader, Term: st.Term, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
+		CommandVersion: fsm.MaxCommandVersion, Nodes: []api.Node{}}
 	for _, n := range st.Nodes {
 		v.Nodes = append(v.Nodes, api.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, Voter: n.Voter, Leader: n.Leader})
 	}
@@ -61,7 +63,7 @@ func ProgressFetcher(tlsCfg *tls.Config, token string) store.ProgressFetcher {
 		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
 			return store.Progress{}, fmt.Errorf("progress of %s at %s: %w", id, httpAddr, err)
 		}
-		return store.Progress{ID: v.ID, Leader: v.Leader, Term: v.Term, LastIndex: v.LastIndex}, nil
+		return store.Progress{ID: v.ID, Leader: v.Leader, Term: v.Term, LastIndex: v.LastIndex, CommandVersion: v.CommandVersion}, nil
 	}
 }
 

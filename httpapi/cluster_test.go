@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/raftnode"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
@@ -32,7 +33,7 @@ func TestProgressFetcher(t *testing.T) {
 	defer cancel()
 
 	got, err := ProgressFetcher(ca.Bundle("n1").Client(), tokAdmin)(ctx, "n4", addr)
-	if want := (raftnode.Progress{ID: "n4", Leader: "n1", Term: 7, LastIndex: 42}); err != nil || got != want {
+	if want := (raftnode.Progress{ID: "n4", Leader: "n1", Term: 7, LastIndex: 42, CommandVersion: fsm.MaxCommandVersion}); err != nil || got != want {
 		t.Fatalf("progress: %+v %v, want %+v", got, err, want)
 	}
 	// A read-only token is enough to read it.

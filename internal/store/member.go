@@ -14,6 +14,11 @@ type Progress struct {
 	Leader    string // the id of the leader it follows, "" if none
 	Term      uint64 // its current term
 	LastIndex uint64 // the last index in its log
+	// CommandVersion is the highest command format the member decodes
+	// (fsm.MaxCommandVersion of its build; 0 from a build that predates
+	// the field). The leader writes a format only when every member has
+	// reported it.
+	CommandVersion uint8
 }
 
 // ProgressFetcher asks the member id, whose API listens at httpAddr, for its
