@@ -1,0 +1,4 @@
+// Package contracttest checks docs/openapi.yaml, the machine-readable form of
+// the API contract, against the answers of real raftlock nodes, so that the
+// spec and the server cannot drift apart. It holds tests only.
+package contracttest

@@ -1,0 +1,410 @@
+package contracttest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/internal/clustertest"
+)
+
+// specPath is docs/openapi.yaml, found from this file so the test runs from
+// any directory.
+func specPath(t *testing.T) string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller information")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..", "docs", "openapi.yaml")
+}
+
+// loadSpec parses and validates the spec, with servers set to urls so the
+// router matches requests to the test's nodes.
+func loadSpec(t *testing.T, data []byte, urls []string) (*openapi3.T, routers.Router) {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(data)
+	if err != nil {
+		t.Fatalf("load docs/openapi.yaml: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("docs/openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	doc.Servers = nil
+	for _, u := range urls {
+		doc.Servers = append(doc.Servers, &openapi3.Server{URL: u})
+	}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatalf("router from spec: %v", err)
+	}
+	return doc, router
+}
+
+// checker sends requests to real nodes and validates every answer against
+// the spec: status declared for the operation, body schema (no unknown or
+// missing fields), required headers.
+type checker struct {
+	t      testing.TB
+	doc    *openapi3.T
+	router routers.Router
+	hc     *http.Client
+	token  string
+	// seen records "operationId status" for the coverage check.
+	seen map[string]bool
+	// statuses records every status validated.
+	statuses map[int]bool
+}
+
+func newChecker(t *testing.T, spec []byte, c *clustertest.Cluster) *checker {
+	doc, router := loadSpec(t, spec, c.Endpoints())
+	return &checker{t: t, doc: doc, router: router, hc: c.HTTPClient(), seen: map[string]bool{}, statuses: map[int]bool{}}
+}
+
+type call struct {
+	method, url string
+	body        string
+	contentType string // "" with a body: application/json; "-": none
+	// invalid marks a request that breaks the spec on purpose (to draw an
+	// error): only its answer is validated.
+	invalid bool
+}
+
+// do sends cl and validates the answer; it returns the status and body.
+func (c *checker) do(cl call) (int, []byte) {
+	c.t.Helper()
+	newReq := func() *http.Request {
+		var body io.Reader
+		if cl.body != "" {
+			body = strings.NewReader(cl.body)
+		}
+		req, err := http.NewRequest(cl.method, cl.url, body)
+		if err != nil {
+			c.t.Fatalf("%s %s: %v", cl.method, cl.url, err)
+		}
+		switch {
+		case cl.contentType == "-":
+		case cl.contentType != "":
+			req.Header.Set("Content-Type", cl.contentType)
+		case cl.body != "":
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		return req
+	}
+	resp, err := c.hc.Do(newReq())
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", cl.method, cl.url, err)
+	}
+	defer resp.Body.Close()
+	respBody, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatalf("%s %s: read body: %v", cl.method, cl.url, err)
+	}
+	c.statuses[resp.StatusCode] = true
+	what := fmt.Sprintf("%s %s -> %d %s", cl.method, cl.url, resp.StatusCode, bytes.TrimSpace(respBody))
+
+	vreq := newReq()
+	route, params, err := c.router.FindRoute(vreq)
+	if err != nil {
+		// No operation in the spec: only 404 (no such endpoint) and 405
+		// (wrong method) may answer such a request, with the error body.
+		if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed {
+			c.t.Errorf("%s: no operation in the spec: %v", what, err)
+		}
+		c.checkSchema(what, "Error", respBody)
+		if resp.Header.Get("X-Raftlock-Node") == "" {
+			c.t.Errorf("%s: no X-Raftlock-Node header", what)
+		}
+		return resp.StatusCode, respBody
+	}
+	opts := &openapi3filter.Options{
+		IncludeResponseStatus: true, // a status the spec does not list fails
+		MultiError:            true,
+		AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,
+	}
+	in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: params, Route: route, Options: opts}
+	ctx := context.Background()
+	if !cl.invalid {
+		if err := openapi3filter.ValidateRequest(ctx, in); err != nil {
+			c.t.Errorf("%s: request does not match the spec: %v", what, err)
+		}
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Options: opts}
+	out.SetBodyBytes(respBody)
+	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
+		c.t.Errorf("%s: answer does not match the spec: %v", what, err)
+	}
+	c.seen[fmt.Sprintf("%s %d", route.Operation.OperationID, resp.StatusCode)] = true
+	return resp.StatusCode, respBody
+}
+
+// checkSchema validates body against a named component schema.
+func (c *checker) checkSchema(what, name string, body []byte) {
+	c.t.Helper()
+	ref := c.doc.Components.Schemas[name]
+	if ref == nil || ref.Value == nil {
+		c.t.Fatalf("no schema %s in the spec", name)
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		c.t.Errorf("%s: body is not JSON: %v", what, err)
+		return
+	}
+	if err := ref.Value.VisitJSON(v); err != nil {
+		c.t.Errorf("%s: body does not match schema %s: %v", what, name, err)
+	}
+}
+
+// want fails the test unless status is one of codes.
+func (c *checker) want(status int, body []byte, codes ...int) {
+	c.t.Helper()
+	if !slices.Contains(codes, status) {
+		c.t.Fatalf("status %d (%s), want %v", status, bytes.TrimSpace(body), codes)
+	}
+}
+
+func decode[T any](t *testing.T, body []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("decode %s: %v", body, err)
+	}
+	return v
+}
+
+func readSpec(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(specPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestOpenAPIMatchesCluster drives a real 3-node cluster through every
+// operation of docs/openapi.yaml, successes and errors, and validates each
+// request and answer against the spec.
+func TestOpenAPIMatchesCluster(t *testing.T) {
+	spec := readSpec(t)
+	cl := clustertest.Start(t, 3)
+	runContract(t, spec, cl)
+}
+
+// TestOpenAPIDetectsDrift makes sure the check can fail: with the lease's
+// fencing_token renamed in the spec (as if the server had renamed it), an
+// acquire's answer must be refused.
+func TestOpenAPIDetectsDrift(t *testing.T) {
+	spec := readSpec(t)
+	broken := spec
+	for _, r := range [][2]string{
+		{"required: [name, owner, lease_id, fencing_token, ttl_ms]", "required: [name, owner, lease_id, fence, ttl_ms]"},
+		{"        fencing_token: {type: integer, minimum: 1}", "        fence: {type: integer, minimum: 1}"},
+	} {
+		next := bytes.Replace(broken, []byte(r[0]), []byte(r[1]), 1)
+		if bytes.Equal(next, broken) {
+			t.Fatalf("%q is no longer in the spec; update this test", r[0])
+		}
+		broken = next
+	}
+	cl := clustertest.Start(t, 1)
+	c := newChecker(t, broken, cl)
+	rec := &recorder{TB: t}
+	c.t = rec
+	st, b := c.do(call{method: "POST", url: cl.Nodes[0].URL() + "/v1/locks/acquire", body: `{"name":"drift","ttl_ms":10000}`})
+	c.want(st, b, 200)
+	if len(rec.errs) == 0 {
+		t.Fatal("an acquire answer passed a spec whose lease has no fencing_token: the check cannot catch drift")
+	}
+	t.Logf("refused as it should be: %s", rec.errs[0])
+}
+
+// recorder keeps Errorf calls instead of failing the test; Fatalf still fails.
+type recorder struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
+	c := newChecker(t, spec, cl)
+	leader := cl.Leader()
+	follower := cl.Followers()[0]
+	L, F := leader.URL(), follower.URL()
+
+	// Probes, metrics and the cluster view on every node.
+	for _, n := range cl.Nodes {
+		st, b := c.do(call{method: "GET", url: n.URL() + "/healthz"})
+		c.want(st, b, 200)
+		clustertest.WaitFor(t, 10*time.Second, n.ID+" ready", func() bool {
+			st, _ := c.do(call{method: "GET", url: n.URL() + "/readyz"})
+			return st == 200
+		})
+		st, b = c.do(call{method: "GET", url: n.URL() + "/v1/cluster"})
+		c.want(st, b, 200)
+	}
+	st, b := c.do(call{method: "GET", url: F + "/metrics"})
+	c.want(st, b, 200)
+
+	// Locks, through a follower (forwarded) and the leader.
+	st, b = c.do(call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"contract-a","owner":"worker-a","ttl_ms":10000}`})
+	c.want(st, b, 200)
+	lease := decode[struct {
+		LeaseID string `json:"lease_id"`
+	}](t, b)
+	st, b = c.do(call{method: "POST", url: L + "/v1/locks/acquire", body: fmt.Sprintf(`{"name":"contract-a","owner":"worker-a","ttl_ms":10000,"lease_id":%q}`, lease.LeaseID)})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"contract-a","owner":"worker-b","ttl_ms":10000,"wait_ms":0,"lock_delay_ms":0}`})
+	c.want(st, b, 409)
+	st, b = c.do(call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"contract-b","owner":"worker-b","ttl_ms":10000,"lease_id":"bbbbbbbbbbbbbbbbbbbb"}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/locks/renew", body: fmt.Sprintf(`{"name":"contract-a","lease_id":%q,"ttl_ms":20000}`, lease.LeaseID)})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: L + "/v1/locks/renew", body: `{"name":"contract-a","lease_id":"zzzzzzzzzzzzzzzzzzzz"}`})
+	c.want(st, b, 409)
+	st, b = c.do(call{method: "GET", url: F + "/v1/locks/contract-a"})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "GET", url: F + "/v1/locks/contract-free?stale=true"})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "GET", url: L + "/v1/locks?prefix=contract-&limit=1"})
+	c.want(st, b, 200)
+	if !decode[struct {
+		Truncated bool `json:"truncated"`
+	}](t, b).Truncated {
+		t.Errorf("list with limit=1 of two locks: not truncated: %s", b)
+	}
+	st, b = c.do(call{method: "GET", url: F + "/v1/locks?prefix=" + url.QueryEscape("contract-") + "&stale=true"})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/locks/release", body: `{"name":"contract-a","lease_id":"zzzzzzzzzzzzzzzzzzzz"}`})
+	c.want(st, b, 409)
+	st, b = c.do(call{method: "POST", url: F + "/v1/locks/release", body: fmt.Sprintf(`{"name":"contract-a","lease_id":%q}`, lease.LeaseID)})
+	c.want(st, b, 200)
+
+	// A lock delay: held answers carry retry_after_ms once the lease expires.
+	st, b = c.do(call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"contract-d","ttl_ms":500,"lock_delay_ms":60000}`})
+	c.want(st, b, 200)
+	clustertest.WaitFor(t, 15*time.Second, "a held answer with retry_after_ms", func() bool {
+		st, b := c.do(call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"contract-d","ttl_ms":500}`})
+		c.want(st, b, 409)
+		return strings.Contains(string(b), `"retry_after_ms"`)
+	})
+
+	// Client errors. The too-large body is one byte over the limit: the node
+	// reads it all before answering, so the client's write is not reset.
+	tooLarge := `{"name":"","ttl_ms":10000}`
+	tooLarge = `{"name":"` + strings.Repeat("x", api.MaxBody+1-len(tooLarge)) + `","ttl_ms":10000}`
+	for _, e := range []struct {
+		call
+		status int
+	}{
+		{call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":`, invalid: true}, 400},
+		{call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"x","ttl_ms":10000,"TTL_MS":1}`, invalid: true}, 400},
+		{call{method: "POST", url: L + "/v1/locks/renew", body: `{"name":"x"}`, invalid: true}, 400},
+		{call{method: "POST", url: L + "/v1/locks/release", body: `{"name":"x","lease_id":"short"}`, invalid: true}, 400},
+		{call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"x","ttl_ms":10000}`, contentType: "-", invalid: true}, 415},
+		{call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"x","ttl_ms":10000}`, contentType: "text/plain", invalid: true}, 415},
+		{call{method: "POST", url: L + "/v1/locks/acquire", body: tooLarge, invalid: true}, 413},
+		{call{method: "GET", url: F + "/v1/locks/x?stale=maybe", invalid: true}, 400},
+		{call{method: "GET", url: L + "/v1/locks?prefix=%zz", invalid: true}, 400},
+		{call{method: "GET", url: L + "/v1/locks?limit=0", invalid: true}, 400},
+		{call{method: "GET", url: F + "/v1/nothing-here"}, 404},
+		{call{method: "PUT", url: F + "/v1/cluster", body: `{}`}, 405},
+		{call{method: "POST", url: L + "/v1/cluster/join", body: `{"id":"n9","raft_addr":"0.0.0.0:0"}`, invalid: true}, 400},
+		{call{method: "POST", url: F + "/v1/cluster/leave", body: `{"id":"nobody"}`}, 404},
+	} {
+		st, b := c.do(e.call)
+		c.want(st, b, e.status)
+	}
+
+	// Membership and admin calls. n9 never comes up: it joins as a
+	// non-voter, which cannot cost the quorum, and leaves again.
+	st, b = c.do(call{method: "POST", url: F + "/v1/cluster/join", body: `{"id":"n9","raft_addr":"127.0.0.1:1","http_addr":"127.0.0.1:2"}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "GET", url: L + "/v1/cluster"})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/cluster/leave", body: `{"id":"n9"}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/cluster/check-state", body: `{}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/cluster/transfer-leadership", body: `{}`})
+	c.want(st, b, 200)
+
+	// No leader: stop two of three, and ask the one left.
+	last := cl.Nodes[2]
+	for _, n := range cl.Nodes[:2] {
+		n.Kill()
+	}
+	clustertest.WaitFor(t, 15*time.Second, "the last node to lose its leader", func() bool {
+		st, _ := c.do(call{method: "GET", url: last.URL() + "/readyz"})
+		return st == 503
+	})
+	st, b = c.do(call{method: "POST", url: last.URL() + "/v1/locks/acquire", body: `{"name":"contract-x","ttl_ms":10000}`})
+	c.want(st, b, 503)
+	st, b = c.do(call{method: "GET", url: last.URL() + "/v1/locks/contract-x"})
+	c.want(st, b, 503)
+
+	// Every operation answered 2xx at least once.
+	for path, item := range c.doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			ok := false
+			for code := 200; code < 300; code++ {
+				ok = ok || c.seen[fmt.Sprintf("%s %d", op.OperationID, code)]
+			}
+			if !ok {
+				t.Errorf("%s %s (%s): never answered 2xx in this test", method, path, op.OperationID)
+			}
+		}
+	}
+	for _, code := range []int{400, 404, 405, 409, 413, 415, 503} {
+		if !c.statuses[code] {
+			t.Errorf("status %d never checked", code)
+		}
+	}
+}
+
+// TestOpenAPIAuthErrors checks 401 and 403 on a node with tokens.
+func TestOpenAPIAuthErrors(t *testing.T) {
+	ro, rw := strings.Repeat("r", 24), strings.Repeat("w", 24)
+	admin := strings.Repeat("a", 24)
+	cl := clustertest.Start(t, 1, clustertest.Options{Tokens: admin + " admin\n" + rw + " read-write\n" + ro + " read-only\n"})
+	c := newChecker(t, readSpec(t), cl)
+	u := cl.Nodes[0].URL()
+	st, b := c.do(call{method: "GET", url: u + "/v1/cluster"})
+	c.want(st, b, 401)
+	c.token = "unknown-token-unknown"
+	st, b = c.do(call{method: "GET", url: u + "/v1/locks"})
+	c.want(st, b, 401)
+	c.token = ro
+	st, b = c.do(call{method: "GET", url: u + "/v1/locks"})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: u + "/v1/locks/acquire", body: `{"name":"a","ttl_ms":10000}`})
+	c.want(st, b, 403)
+	c.token = rw
+	st, b = c.do(call{method: "POST", url: u + "/v1/cluster/check-state", body: `{}`})
+	c.want(st, b, 403)
+	c.token = ""
+	st, b = c.do(call{method: "GET", url: u + "/healthz"})
+	c.want(st, b, 200)
+}
