@@ -36,6 +36,8 @@ Usage:
   raftlock cluster status|join|leave|transfer
   raftlock health [--live]              exit 0 if the node is ready (container healthchecks)
   raftlock bench [flags]                load-test the cluster: cycles/s, latency, safety slips
+  raftlock snapshot save|inspect|restore FILE   back up or restore the cluster's state
+  raftlock recover --data-dir D --peers P       after losing a quorum: shrink a stopped node's cluster
 
 Every command takes --endpoints (or RAFTLOCK_ENDPOINTS; comma-separated node
 URLs, any node will do; default http://127.0.0.1:8001), --timeout and, where
@@ -78,6 +80,9 @@ var commands = map[string]command{
 	"cluster": clusterCmd,
 	"health":  healthCmd,
 	"bench":   benchCmd,
+
+	"snapshot": snapshotCmd,
+	"recover":  recoverCmd,
 }
 
 func main() {
