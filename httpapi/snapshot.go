@@ -113,7 +113,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 			writeError(w, badRequest("snapshot refused, nothing changed: %v", err))
 			return
 		}
-		s.log.Error("snapshot restore failed", "error", err)
+		s.log.Warn("snapshot restore failed", "error", err)
 		writeError(w, notLeaderHint(s, err))
 		return
 	}

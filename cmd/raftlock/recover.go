@@ -57,7 +57,7 @@ func recoverCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "raftlock", Level: hclog.LevelFromString(logLevel), Output: stderr})
 	if err := raftnode.Recover(dataDir, logStore, peers, logger); err != nil {
-		fmt.Fprintf(stderr, "raftlock recover: %v\n", err)
+		fmt.Fprintf(stderr, "raftlock recover: %s\n", strings.TrimPrefix(err.Error(), "recover: "))
 		return exitError
 	}
 	ids := make([]string, 0, len(peers))
