@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: every test raftlock has, with whatever they need started first.
 #   - a throwaway PostgreSQL on 127.0.0.1 for the fencing tests (scripts/pg.sh)
+#   - promtool (scripts/ci-deps.sh installs it) on the alert rules in monitoring/
 #   - go vet and the unit, cluster and contract tests (go test -race ./...)
 #   - the Jepsen-style checker under real faults (scripts/check.sh): a minute of
 #     process and network faults, then a minute with clock faults added
@@ -20,6 +21,8 @@ stage() {
 	"$@"
 	passed=$((passed + 1))
 }
+stage "CI packages (promtool from Debian's prometheus; skipped when present)" bash scripts/ci-deps.sh
+stage "alert rules (promtool check and unit tests)" bash -c 'promtool check rules monitoring/prometheus-rules.yml && cd monitoring && promtool test rules prometheus-rules.test.yml'
 stage "go vet" go vet ./...
 stage "go test" go test -race -count=1 -timeout 20m ./...
 stage "checker (1 minute of faults against three real nodes)" bash scripts/check.sh 1m
