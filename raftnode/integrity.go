@@ -263,17 +263,25 @@ func (n *Node) applyExt(cmd fsm.Command, x extension) (fsm.Result, uint64, error
 	if _, bad := n.Diverged(); bad {
 		return fsm.Result{}, 0, ErrDiverged
 	}
-	// A stamp must be read in the term its entry is logged in: the FSM bases
-	// a new term's clock on the term's first stamp, so a stamp read before a
-	// step-down and logged after this node is elected again would count
-	// again time the FSM has already counted (an early expiry). Raft rejects
-	// entries offered while it does not lead; what remains is the moment
-	// between this check and the offer (fsm/DESIGN.md, "Stale stamps").
+	// A stamp must be read while this node leads the term its entry is
+	// logged in: the FSM bases a new term's clock on the term's first
+	// stamp, so a stamp read before a step-down (or while still a
+	// candidate) and logged after this node won would count again time the
+	// FSM has already counted (an early expiry). Leading in term before the
+	// stamp and still in term after it means the stamp was read as term's
+	// leader. Format 2 carries term as the stamp's term, so a stall between
+	// here and the offer to Raft costs no time either: the FSM counts no
+	// stamp of another term (fsm/DESIGN.md, "Stale stamps"). Format 1
+	// cannot say; there that stall remains the known limit.
 	term := n.raft.CurrentTerm()
+	if !n.IsLeader() {
+		return fsm.Result{}, 0, ErrNotLeader
+	}
 	cmd.Stamp = n.clock.Now()
 	if n.raft.CurrentTerm() != term {
 		return fsm.Result{}, 0, ErrNotLeader
 	}
+	cmd.Version, cmd.StampTerm = n.commandVersionIn(term), term
 	data := cmd.Encode(nil)
 	f := n.raft.ApplyLog(raft.Log{Data: data, Extensions: encodeExtension(data, x)}, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {

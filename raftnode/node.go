@@ -40,6 +40,8 @@ type Node struct {
 	// readyTerm is the term in which this node, as leader, finished its
 	// Barrier: only then do its reads see every committed entry.
 	readyTerm atomic.Uint64
+	// cmdFormat: the command format the leader may write (cmdversion.go).
+	cmdFormat atomic.Pointer[cmdFormat]
 	// startIndex is the last log index found on disk at start; see Ready.
 	startIndex uint64
 	observers  []Observer

@@ -183,7 +183,9 @@ func promotable(servers []raft.Server, leader raft.ServerID, term, lastIndex uin
 
 // promoteLoop runs on the leader for one term: every heartbeat timeout,
 // while there are non-voters, it asks the members for their progress and
-// promotes one non-voter that has caught up. It runs on whichever node
+// promotes one non-voter that has caught up; and until every member reports
+// reading the newest command format, it asks to learn which format the
+// leader may write (cmdversion.go). It runs on whichever node
 // leads, so a join outlives a change of leader.
 func (n *Node) promoteLoop(ctx context.Context) {
 	t := time.NewTicker(max(n.cfg.HeartbeatTimeout, 50*time.Millisecond))
@@ -209,10 +211,21 @@ func (n *Node) promoteRound(ctx context.Context) {
 	}
 	servers := f.Configuration().Servers
 	self := raft.ServerID(n.cfg.ID)
-	if len(others(servers, self, func(s raft.Server) bool { return s.Suffrage != raft.Voter })) == 0 {
+	promote := len(others(servers, self, func(s raft.Server) bool { return s.Suffrage != raft.Voter })) > 0
+	format := n.needFormatSurvey(term, f.Index())
+	if !promote && !format {
 		return
 	}
-	reports := n.survey(ctx, others(servers, self, func(raft.Server) bool { return true }))
+	members := others(servers, self, func(raft.Server) bool { return true })
+	reports := n.survey(ctx, members)
+	if ctx.Err() != nil {
+		return // leadership ended during the survey; a failed fetch says nothing
+	}
+	// The same survey tells which command formats every member reads.
+	n.recordFormat(term, f.Index(), members, reports)
+	if !promote {
+		return
+	}
 	s, ok := promotable(servers, self, term, n.raft.LastIndex(), reports)
 	if !ok || ctx.Err() != nil {
 		return

@@ -1,0 +1,93 @@
+package raftnode
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// The command format gate. A node of an older build stops at the first
+// committed entry in a format it cannot read (by design: answering it
+// differently from the others would split the state), so a leader writes
+// command format 2 only once every member of the current configuration,
+// voters and non-voters, has reported in a survey of this term (promote.go's,
+// through Config.FetchProgress, read from GET /v1/cluster) that its build
+// reads it. Until then, and in every new term until its first survey, it
+// writes format 1, which every build reads. See fsm/DESIGN.md, "Command
+// versions".
+
+// cmdFormat is what a survey found: in term, with the configuration at
+// configIndex, the leader may write version.
+type cmdFormat struct {
+	term, configIndex uint64
+	version           uint8
+}
+
+// CommandVersion is the command format this node writes now: the surveyed
+// version if it leads and has surveyed its members in the current term, else
+// 1 (read by every build).
+func (n *Node) CommandVersion() uint8 {
+	return n.commandVersionIn(n.raft.CurrentTerm())
+}
+
+func (n *Node) commandVersionIn(term uint64) uint8 {
+	if f := n.cmdFormat.Load(); f != nil && f.term == term {
+		return f.version
+	}
+	return 1
+}
+
+// needFormatSurvey says whether the members' formats must be (re)surveyed:
+// none yet in this term or for this configuration, or some member did not
+// report the highest format last time.
+func (n *Node) needFormatSurvey(term, configIndex uint64) bool {
+	f := n.cmdFormat.Load()
+	return f == nil || f.term != term || f.configIndex != configIndex || f.version < fsm.MaxCommandVersion
+}
+
+// formatFor is the highest command format every member in members reads,
+// from their reports: a member that did not answer as itself (down, a wrong
+// http_addr, no fetcher) holds the cluster on format 1. The leader is not
+// in members; it reads what it runs. The second result says who holds the
+// format below this build's, for the log.
+func formatFor(members []raft.Server, reports map[raft.ServerID]report) (uint8, string) {
+	v := uint8(fsm.MaxCommandVersion)
+	var why []string
+	for _, s := range members {
+		r := reports[s.ID]
+		switch {
+		case r.err != nil:
+			v = 1
+			why = append(why, fmt.Sprintf("%s: %v", s.ID, r.err))
+		case r.p.ID != string(s.ID):
+			v = 1
+			why = append(why, fmt.Sprintf("%s: answered as %q", s.ID, r.p.ID))
+		case r.p.CommandVersion < v:
+			v = max(r.p.CommandVersion, 1)
+			why = append(why, fmt.Sprintf("%s: reads up to %d", s.ID, r.p.CommandVersion))
+		case r.p.CommandVersion < fsm.MaxCommandVersion:
+			why = append(why, fmt.Sprintf("%s: reads up to %d", s.ID, r.p.CommandVersion))
+		}
+	}
+	sort.Strings(why)
+	return v, strings.Join(why, "; ")
+}
+
+// recordFormat publishes the format a survey of term, with the
+// configuration at configIndex, allows, and logs when what this leader
+// writes changes.
+func (n *Node) recordFormat(term, configIndex uint64, members []raft.Server, reports map[raft.ServerID]report) {
+	v, why := formatFor(members, reports)
+	was := n.commandVersionIn(term)
+	prev := n.cmdFormat.Swap(&cmdFormat{term: term, configIndex: configIndex, version: v})
+	switch {
+	case v != was:
+		n.log.Info("command format for new log entries changed", "version", v, "was", was, "term", term, "members", len(members)+1, "held_back_by", why)
+	case v < fsm.MaxCommandVersion && (prev == nil || prev.term != term):
+		n.log.Info("writing command format 1: not every member reads a newer one", "term", term, "held_back_by", why)
+	}
+}
