@@ -46,6 +46,7 @@ var routeRoles = map[string]Role{
 	"GET /healthz":                         RoleNone,
 	"GET /readyz":                          RoleNone,
 	"GET /metrics":                         RoleReadOnly,
+	"GET /ui/":                             RoleNone, // the status page holds no data; its script sends the user's token
 	"GET /v1/locks":                        RoleReadOnly,
 	"GET /v1/locks/{name:.+}":              RoleReadOnly,
 	"GET /v1/cluster":                      RoleReadOnly,

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/httpapi/ui"
 	"github.com/raftlock/raftlock/internal/store"
 )
 
@@ -119,6 +120,7 @@ func New(store Store, opts Options) *Server {
 	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
 	r.Handle("/metrics", opts.Metrics).Methods(http.MethodGet)
+	r.PathPrefix(ui.Prefix).Handler(ui.Handler()).Methods(http.MethodGet) // status page: static files, data by the API
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		refuseBody(w, r)
 		writeError(w, &apiError{http.StatusNotFound, api.CodeNotFound, "no such endpoint: " + r.URL.Path})
