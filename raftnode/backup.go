@@ -194,6 +194,12 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 	if _, err := n.apply(fsm.Command{Op: fsm.OpTick}); err != nil {
 		n.log.Warn("tick after restore failed", "error", err)
 	}
+	// The leader loop may sleep an hour when no lease existed before:
+	// the restored leases need its ticks to expire on time.
+	select {
+	case n.changed <- struct{}{}:
+	default:
+	}
 	n.log.Warn("cluster state restored from a backup", "backup_index", info.Index, "backup_term", info.Term, "locks", info.Locks)
 	return info, nil
 }

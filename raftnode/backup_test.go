@@ -164,3 +164,57 @@ func TestRestoreDoesNotShortenLeases(t *testing.T) {
 		t.Fatalf("restored lease was cut short: acquire by another got %d, want 409", status)
 	}
 }
+
+// idleClock tells when the leader loop goes idle (waits an hour: no lease).
+type idleClock struct {
+	*clustertest.ManualClock
+	idle chan struct{}
+}
+
+func (c idleClock) After(d time.Duration) <-chan time.Time {
+	if d >= time.Hour {
+		select {
+		case c.idle <- struct{}{}:
+		default:
+		}
+	}
+	return c.ManualClock.After(d)
+}
+
+// Restored leases expire on time even when the cluster had none before the
+// restore (the leader's tick loop was idle).
+func TestRestoredLeasesExpire(t *testing.T) {
+	clk := idleClock{&clustertest.ManualClock{}, make(chan struct{}, 1)}
+	c := clustertest.Start(t, 1, clustertest.Options{Clock: clk})
+	leader := c.Leader()
+	status, body := acquire(t, leader, "l", "w", leaseA, 1000)
+	if status != 200 {
+		t.Fatalf("acquire: %d %v", status, body)
+	}
+	var file bytes.Buffer
+	if _, err := leader.Backup(clustertest.Context(t, 10*time.Second), &file); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := call(t, "POST", leader.URL()+"/v1/locks/release", map[string]any{"name": "l", "lease_id": leaseA}); status != 200 {
+		t.Fatalf("release: %d", status)
+	}
+	// Let the loop wake on its last short wait, see no lease and go idle.
+	select {
+	case <-clk.idle:
+	default:
+	}
+	clk.Advance(time.Second)
+	select {
+	case <-clk.idle:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader loop did not go idle")
+	}
+	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.WaitFor(t, 10*time.Second, "the restored lease expires", func() bool {
+		clk.Advance(100 * time.Millisecond)
+		_, held := leader.Machine().Get("l")
+		return !held
+	})
+}
