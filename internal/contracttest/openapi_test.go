@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -338,6 +339,18 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 		c.want(st, b, e.status)
 	}
 
+	// Backup and restore: the leader only, the file back as it came.
+	st, b = c.do(call{method: "GET", url: F + "/v1/snapshot"})
+	c.want(st, b, 503)
+	st, backup := c.do(call{method: "GET", url: L + "/v1/snapshot"})
+	c.want(st, backup, 200)
+	st, b = c.do(call{method: "POST", url: L + "/v1/snapshot", body: string(backup), contentType: "application/octet-stream"})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: L + "/v1/snapshot", body: "not a backup file", contentType: "application/octet-stream"})
+	c.want(st, b, 400)
+	st, b = c.do(call{method: "POST", url: L + "/v1/snapshot", body: `{}`, invalid: true})
+	c.want(st, b, 415)
+
 	// Membership and admin calls. n9 never comes up: it joins as a
 	// non-voter, which cannot cost the quorum, and leaves again.
 	st, b = c.do(call{method: "POST", url: F + "/v1/cluster/join", body: `{"id":"n9","raft_addr":"127.0.0.1:1","http_addr":"127.0.0.1:2"}`})
@@ -407,4 +420,42 @@ func TestOpenAPIAuthErrors(t *testing.T) {
 	c.token = ""
 	st, b = c.do(call{method: "GET", url: u + "/healthz"})
 	c.want(st, b, 200)
+}
+
+// notAPI are routes that serve no JSON contract: the status page's files.
+var notAPI = map[string]bool{"GET /ui/": true}
+
+var roleLine = regexp.MustCompile(`(?m)^\s*"(GET|POST|PUT|DELETE|PATCH) (/[^"]*)":`)
+
+// TestOpenAPICoversEveryRoute reads the server's route table (httpapi's
+// routeRoles, which every route must be in or it needs admin) and wants an
+// operation in the spec for each, and no operation the server lacks.
+func TestOpenAPICoversEveryRoute(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(specPath(t)), "..", "httpapi", "auth.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := loadSpec(t, readSpec(t), nil)
+	routes := map[string]bool{}
+	for _, m := range roleLine.FindAllStringSubmatch(string(src), -1) {
+		key := m[1] + " " + strings.ReplaceAll(m[2], "{name:.+}", "{name}")
+		if notAPI[key] {
+			continue
+		}
+		routes[key] = true
+		item := doc.Paths.Find(strings.SplitN(key, " ", 2)[1])
+		if item == nil || item.GetOperation(m[1]) == nil {
+			t.Errorf("%s is served but not in docs/openapi.yaml", key)
+		}
+	}
+	if len(routes) < 10 {
+		t.Fatalf("found %d routes in httpapi/auth.go: the parsing is broken", len(routes))
+	}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if !routes[method+" "+path] {
+				t.Errorf("%s %s is in docs/openapi.yaml but the server has no such route", method, path)
+			}
+		}
+	}
 }
