@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
 // Snapshotter is what a Store offers for backup and restore
@@ -90,6 +91,12 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	sn, ok := s.snapshotter(w, r)
 	if !ok {
+		return
+	}
+	if id, _ := s.store.Leader(); id != s.store.ID() {
+		// Refused before up to 1 GiB is read for nothing.
+		refuseBody(w, r)
+		writeError(w, notLeaderHint(s, store.ErrNotLeader))
 		return
 	}
 	// Past authorize: an admin's upload may be slow, within reason.

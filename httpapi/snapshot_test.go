@@ -126,3 +126,16 @@ func TestSnapshotNeedsAdmin(t *testing.T) {
 		t.Fatalf("restore with admin token: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// A follower refuses a restore before reading its (large) body.
+func TestSnapshotRestoreOnFollowerReadsNoBody(t *testing.T) {
+	f := newLeader("n2")
+	f.leader = func() (string, string) { return "n1", "10.0.0.1:8001" }
+	st := &snapStore{fakeStore: f}
+	srv := New(st, Options{LeaderWait: testLeaderWait, Metrics: http.NotFoundHandler()})
+	rec := postSnapshot(srv, []byte("RAFTLOCK-BACKUP\n..."), "application/octet-stream")
+	wantError(t, rec, 503, api.CodeNoLeader, "n1 at 10.0.0.1:8001")
+	if st.restored != nil {
+		t.Fatal("a follower restored")
+	}
+}
