@@ -190,7 +190,9 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 	}
 	// The machine's last command index is the backup's, far below Raft's
 	// applied index after the hole Restore leaves: a command entry now
-	// brings every replica's machine past it (see AppliedThrough).
+	// brings every replica's machine past it (see AppliedThrough), before
+	// Restore returns. (The woken leader loop below would tick too, since
+	// the restored clock's term is none; this does not rely on it.)
 	if _, err := n.apply(fsm.Command{Op: fsm.OpTick}); err != nil {
 		n.log.Warn("tick after restore failed", "error", err)
 	}
