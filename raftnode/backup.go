@@ -264,7 +264,8 @@ func (n *Node) timeoutFrom(ctx context.Context) time.Duration {
 // losing a quorum for good, the survivors start as a smaller cluster. Every
 // survivor must get the same peers. Writes acknowledged only by lost nodes
 // are lost; a lost node that comes back afterwards could form a second
-// cluster. logStore is the serve flag of the same name.
+// cluster. logStore is the serve flag of the same name; "" finds the log
+// where it is.
 func Recover(dataDir, logStore string, peers map[string]string, logger hclog.Logger) error {
 	if logger == nil {
 		logger = hclog.New(&hclog.LoggerOptions{Name: "raftlock"})
@@ -274,7 +275,14 @@ func Recover(dataDir, logStore string, peers map[string]string, logger hclog.Log
 		return errors.New("recover: at least one peer is required")
 	}
 	if logStore == "" {
-		logStore = DefaultLogStore
+		// Wherever the log is now: recovering must not move it between
+		// stores (the next start with the node's own flag would move it back).
+		logStore = LogStoreBoltDB
+		if ok, err := walExists(dataDir); err != nil {
+			return fmt.Errorf("recover: %w", err)
+		} else if ok {
+			logStore = LogStoreWAL
+		}
 	}
 	dbPath := filepath.Join(dataDir, "raft.db")
 	if _, err := os.Stat(dbPath); err != nil {

@@ -37,7 +37,7 @@ func recoverCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	var dataDir, peerList, logStore, logLevel string
 	c.fs.StringVar(&dataDir, "data-dir", "", "data dir of the stopped node (required)")
 	c.fs.StringVar(&peerList, "peers", "", "the new voters, id=raft_addr,... (required; the same on every survivor)")
-	c.fs.StringVar(&logStore, "log-store", raftnode.DefaultLogStore, "the node's --log-store (wal or boltdb)")
+	c.fs.StringVar(&logStore, "log-store", "", "the node's --log-store (wal or boltdb); default: wherever the data dir's log is")
 	c.fs.StringVar(&logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	if _, code, ok := c.parse(args, environ, 0, 0); !ok {
 		return code
@@ -52,7 +52,7 @@ func recoverCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	if len(peers) == 0 {
 		return c.usageError(errors.New("--peers is required"))
 	}
-	if !raftnode.ValidLogStore(logStore) {
+	if logStore != "" && !raftnode.ValidLogStore(logStore) {
 		return c.usageError(fmt.Errorf("--log-store must be %s or %s, not %q", raftnode.LogStoreWAL, raftnode.LogStoreBoltDB, logStore))
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "raftlock", Level: hclog.LevelFromString(logLevel), Output: stderr})

@@ -104,6 +104,12 @@ func TestSnapshotSaveInspectRestore(t *testing.T) {
 // cluster of itself, and started: its locks and tokens are there and new
 // tokens are larger.
 func TestRecoverAfterLosingQuorum(t *testing.T) {
+	for _, store := range []string{"boltdb", "wal"} {
+		t.Run(store, func(t *testing.T) { testRecover(t, store) })
+	}
+}
+
+func testRecover(t *testing.T, logStore string) {
 	dir := t.TempDir()
 	ports := clustertest.FreePorts(t, 6)
 	raftAddr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[3+i]) }
@@ -115,7 +121,7 @@ func TestRecoverAfterLosingQuorum(t *testing.T) {
 	args := func(i int) []string {
 		return []string{"--id", fmt.Sprintf("n%d", i+1), "--data-dir", filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--raft-addr", raftAddr(i), "--peers", strings.Join(peers, ","),
-			"--election-timeout", "500ms", "--heartbeat-timeout", "500ms"}
+			"--election-timeout", "500ms", "--heartbeat-timeout", "500ms", "--log-store", logStore}
 	}
 	procs := make([]*serveProc, 3)
 	for i := range procs {
@@ -157,6 +163,10 @@ func TestRecoverAfterLosingQuorum(t *testing.T) {
 
 	if r := runCLI(t, nil, "recover", "--data-dir", filepath.Join(dir, "n1"), "--peers", "n1="+raftAddr(0)); r.code != exitOK {
 		t.Fatalf("recover: exit %d %s", r.code, r.stderr)
+	}
+	// recover found the log where it was (no --log-store given) and left it there.
+	if _, err := os.Stat(filepath.Join(dir, "n1", "wal")); (err == nil) != (logStore == "wal") {
+		t.Fatalf("after recover, %s/n1/wal: %v (log store %s)", dir, err, logStore)
 	}
 	startServe(t, "n1", filepath.Join(dir, "n1-recovered.log"), args(0))
 	clustertest.WaitFor(t, 20*time.Second, "n1 leads alone", func() bool { return leaderOf(0) == "n1" })
