@@ -21,7 +21,8 @@ stage() {
 	"$@"
 	passed=$((passed + 1))
 }
-stage "CI packages (promtool from Debian's prometheus; skipped when present)" bash scripts/ci-deps.sh
+stage "CI packages (promtool, chromium; skipped when present)" bash scripts/ci-deps.sh
+export RAFTLOCK_REQUIRE_CHROMIUM=1 # the status page browser test may not skip in CI
 stage "alert rules (promtool check and unit tests)" bash -c 'promtool check rules monitoring/prometheus-rules.yml && cd monitoring && promtool test rules prometheus-rules.test.yml'
 stage "go vet" go vet ./...
 stage "go test" go test -race -count=1 -timeout 20m ./...
