@@ -196,6 +196,9 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 	if _, err := n.apply(fsm.Command{Op: fsm.OpTick}); err != nil {
 		n.log.Warn("tick after restore failed", "error", err)
 	}
+	// Acquires parked here wait for a release that may never come: the
+	// restore freed their locks without one. A lock still held keeps them.
+	n.waiters.freed(n.waiters.parkedNames())
 	// The leader loop may sleep an hour when no lease existed before:
 	// the restored leases need its ticks to expire on time.
 	select {
@@ -246,6 +249,17 @@ func forgetClockTerm(snap []byte) ([]byte, error) {
 	out = append(out, snap[:p]...)
 	out = binary.AppendUvarint(out, 0)
 	return append(out, snap[p+k:]...), nil
+}
+
+// parkedNames returns the locks someone waits for.
+func (q *waitQueue) parkedNames() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	names := make([]string, 0, len(q.locks))
+	for name := range q.locks {
+		names = append(names, name)
+	}
+	return names
 }
 
 // timeoutFrom is how long a Raft call may wait: ctx's deadline, else ApplyTimeout.

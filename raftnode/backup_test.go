@@ -249,3 +249,39 @@ func TestReadsAfterRestoreFarBehind(t *testing.T) {
 		t.Fatalf("linearizable read after the restore: %v", err)
 	}
 }
+
+// An acquire parked on a lock the restore frees is granted at once, not
+// when its wait runs out.
+func TestRestoreServesParkedAcquires(t *testing.T) {
+	c := clustertest.Start(t, 1)
+	leader := c.Leader()
+	var file bytes.Buffer
+	if _, err := leader.Backup(clustertest.Context(t, 10*time.Second), &file); err != nil {
+		t.Fatal(err)
+	}
+	if status, body := acquire(t, leader, "l", "a", leaseA, 600000); status != 200 {
+		t.Fatalf("acquire: %d %v", status, body)
+	}
+	type answer struct {
+		status int
+		body   map[string]any
+	}
+	got := make(chan answer, 1)
+	go func() {
+		status, body := call(t, "POST", leader.URL()+"/v1/locks/acquire",
+			map[string]any{"name": "l", "owner": "b", "lease_id": leaseB, "ttl_ms": 600000, "wait_ms": 60000})
+		got <- answer{status, body}
+	}()
+	clustertest.WaitFor(t, 10*time.Second, "b parks", func() bool { return leader.Waiters() == 1 })
+	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-got:
+		if a.status != 200 || a.body["owner"] != "b" {
+			t.Fatalf("parked acquire after the restore: %d %v", a.status, a.body)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the parked acquire was not served after the restore freed its lock")
+	}
+}
