@@ -18,6 +18,10 @@ const (
 	OpTick       Op = 4 // advance the clock only; expiries happen on every entry
 	OpSetNode    Op = 5 // record a node's HTTP address (membership metadata)
 	OpRemoveNode Op = 6 // forget a node's HTTP address
+	// OpForceRelease ends whatever lease holds a lock, as an expiry does
+	// (its lock-delay starts). Valid only in a version 3 command: builds
+	// that read up to version 2 do not know it (DESIGN.md, "Force release").
+	OpForceRelease Op = 7
 )
 
 func (o Op) String() string {
@@ -34,6 +38,8 @@ func (o Op) String() string {
 		return "set_node"
 	case OpRemoveNode:
 		return "remove_node"
+	case OpForceRelease:
+		return "force_release"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -42,7 +48,7 @@ func (o Op) String() string {
 // reading when it created the entry; it is the only way time enters the FSM.
 type Command struct {
 	// Version is the encoding the command is written in (Encode) or was
-	// read from (DecodeCommand): 1 or 2; 0 means 1. Only a leader that
+	// read from (DecodeCommand): 1, 2 or 3; 0 means 1. Only a leader that
 	// knows every member understands a version may write it (DESIGN.md,
 	// "Command versions").
 	Version uint8
@@ -51,7 +57,7 @@ type Command struct {
 	// StampTerm (version 2 only) is the Raft term the leader was leading
 	// in when it read Stamp. A stamp whose term is not its entry's term
 	// counts no time (DESIGN.md, "Stale stamps").
-	StampTerm uint64
+	StampTerm uint64 // versions 2 and 3
 	Name      string // lock name
 	Owner     string
 	LeaseID   string
@@ -66,11 +72,12 @@ type Command struct {
 const (
 	commandVersion1 = 1 // op, stamp, ttl, lock-delay, five strings
 	commandVersion2 = 2 // version 1 with the stamp's term after the stamp
+	commandVersion3 = 3 // version 2's encoding; OpForceRelease is valid only from here
 	// MaxCommandVersion is the highest command version this build decodes
 	// and applies. Nodes publish it (GET /v1/cluster, command_version) and
 	// a leader writes a version only when every member has published at
 	// least that.
-	MaxCommandVersion = commandVersion2
+	MaxCommandVersion = commandVersion3
 )
 
 // ErrBadCommand is returned for bytes that do not decode to a command.
@@ -88,13 +95,31 @@ var ErrUnknownVersion = errors.New("fsm: unknown command version")
 // "Introducing a command").
 var ErrUnknownOp = errors.New("fsm: unknown op")
 
-// knownOp reports whether this version can apply o.
-func knownOp(o Op) bool { return o >= OpAcquire && o <= OpRemoveNode }
+// OpInVersion reports whether a command of version v (0: 1) may carry o.
+// Each op belongs to the versions from the one that introduced it: a
+// command of version v must mean the same to every build that reads v, and
+// builds that read up to 2 refuse OpForceRelease (ErrUnknownOp), so this
+// build refuses it in versions 1 and 2 too. A leader checks it before it
+// writes (raftnode: the gate may allow only an older version).
+func OpInVersion(o Op, v uint8) bool {
+	if v == 0 {
+		v = commandVersion1
+	}
+	switch {
+	case o >= OpAcquire && o <= OpRemoveNode:
+		return v <= MaxCommandVersion
+	case o == OpForceRelease:
+		return v >= commandVersion3 && v <= MaxCommandVersion
+	}
+	return false
+}
 
 // Encode appends the compact binary form of c in version c.Version (0: 1)
 // to dst and returns it. Version 1 has no StampTerm: it is dropped. A
-// version above MaxCommandVersion is a programming error and panics: there
-// is no encoding to write.
+// version above MaxCommandVersion, or OpForceRelease in a version before 3,
+// is a programming error and panics: there is no encoding to write, and an
+// entry no replica decodes would stop them all. (Ops no version knows are
+// encoded, so tests can check that decoders refuse them.)
 func (c *Command) Encode(dst []byte) []byte {
 	v := c.Version
 	if v == 0 {
@@ -102,6 +127,9 @@ func (c *Command) Encode(dst []byte) []byte {
 	}
 	if v > MaxCommandVersion {
 		panic(fmt.Sprintf("fsm: cannot encode command version %d (max %d)", v, MaxCommandVersion))
+	}
+	if c.Op == OpForceRelease && !OpInVersion(c.Op, v) {
+		panic(fmt.Sprintf("fsm: command version %d cannot carry %v", v, c.Op))
 	}
 	dst = append(dst, v, byte(c.Op))
 	dst = binary.AppendVarint(dst, c.Stamp)
@@ -132,8 +160,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		return Command{}, fmt.Errorf("%w (%w): version %d, this build reads up to %d", ErrUnknownVersion, ErrUnknownOp, v, MaxCommandVersion)
 	}
 	c := Command{Version: v, Op: Op(d.byte())}
-	if d.err == nil && !knownOp(c.Op) {
-		return Command{}, fmt.Errorf("%w: %v", ErrUnknownOp, c.Op)
+	if d.err == nil && !OpInVersion(c.Op, v) {
+		return Command{}, fmt.Errorf("%w: %v in a version %d command", ErrUnknownOp, c.Op, v)
 	}
 	c.Stamp = d.varint()
 	if v >= commandVersion2 {

@@ -94,12 +94,14 @@ func genLog(next func(n int) int, length int) []logEntry {
 			stamp -= 50 * ms // out of stamp order within a term
 		}
 		c := Command{Stamp: stamp, Name: names[next(len(names))], LeaseID: leases[next(len(leases))]}
-		// Both formats, and version 2 stamps read in another term: an
+		// All three formats, and version 2 stamps read in another term: an
 		// earlier one (a leader that stamped, was deposed and won again)
 		// or, as bytes allow, any other.
-		switch next(6) {
+		switch next(7) {
 		case 0, 1:
 			c.Version = commandVersion1
+		case 6:
+			c.Version, c.StampTerm = commandVersion3, term
 		case 2:
 			c.Version, c.StampTerm = commandVersion2, term-1
 		case 3:
@@ -107,7 +109,7 @@ func genLog(next func(n int) int, length int) []logEntry {
 		default:
 			c.Version, c.StampTerm = commandVersion2, term
 		}
-		switch next(10) {
+		switch next(11) {
 		case 0, 1, 2, 3:
 			c.Op, c.TTL, c.LockDelay = OpAcquire, int64(1+next(3))*100, int64(next(3))*100
 			c.Owner = "owner-" + c.LeaseID
@@ -117,6 +119,12 @@ func genLog(next func(n int) int, length int) []logEntry {
 			c.Op = OpRelease
 		case 7:
 			c.Op, c.NodeID, c.NodeAddr = OpSetNode, names[next(3)], "addr-"+strconv.Itoa(next(3))
+		case 8:
+			// Only in version 3; keeps a version 2 stamp's term.
+			c = Command{Version: commandVersion3, Op: OpForceRelease, Stamp: stamp, StampTerm: c.StampTerm, Name: c.Name}
+			if c.StampTerm == 0 {
+				c.StampTerm = term
+			}
 		default:
 			c = Command{Version: c.Version, Op: OpTick, Stamp: stamp, StampTerm: c.StampTerm}
 		}
@@ -182,7 +190,7 @@ func TestRestoredReplicaMatchesReplay(t *testing.T) {
 // A command from a newer version is refused, never answered "invalid" here
 // while newer replicas apply it.
 func TestUnknownOpIsRefused(t *testing.T) {
-	for _, op := range []Op{0, OpRemoveNode + 1, 255} {
+	for _, op := range []Op{0, OpForceRelease + 1, 255} {
 		data := (&Command{Op: op, Name: "a", LeaseID: "L", TTL: 1000}).Encode(nil)
 		if _, err := DecodeCommand(data); !errors.Is(err, ErrUnknownOp) {
 			t.Errorf("decode %v: err %v, want ErrUnknownOp", op, err)

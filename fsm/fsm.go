@@ -109,7 +109,7 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	defer m.mu.Unlock()
 	m.advance(index, term, c)
 	freed, expired := m.expireDue()
-	if c.Op == OpAcquire || c.Op == OpRenew || c.Op == OpRelease {
+	if c.Op == OpAcquire || c.Op == OpRenew || c.Op == OpRelease || c.Op == OpForceRelease {
 		f, x := m.settleName(c.Name)
 		freed, expired = append(freed, f...), expired+x
 	}
@@ -121,6 +121,8 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 		r = m.renew(c)
 	case OpRelease:
 		r = m.release(c)
+	case OpForceRelease:
+		r = m.forceRelease(c)
 	case OpTick:
 	case OpSetNode:
 		if c.NodeID == "" {
@@ -283,6 +285,31 @@ func (m *Machine) release(c Command) Result {
 	delete(m.locks, c.Name)
 	m.held--
 	return Result{Status: StatusOK, Lock: e.lock, Freed: []string{c.Name}}
+}
+
+// forceRelease ends the lease holding c.Name, whoever holds it, exactly as
+// its expiry would at this entry: with lock-delay the lock enters its delay
+// (the holder may still be writing), otherwise it is freed. Result.Lock is
+// the lease it ended. A lock that is free or already in its lock-delay is
+// left as it is: StatusOK with an empty Lock, so a retried force release
+// (after an unknown outcome) succeeds and says it ended nothing.
+func (m *Machine) forceRelease(c Command) Result {
+	if c.Name == "" {
+		return Result{Status: StatusInvalid}
+	}
+	e, ok := m.locks[c.Name]
+	if !ok || e.delayed {
+		return Result{Status: StatusOK}
+	}
+	ended := e.lock
+	e.until = m.clock.Now // due now: settle applies the lease's lock-delay, if any
+	heap.Fix(&m.timers, e.slot)
+	freed, _ := m.settle(e)
+	r := Result{Status: StatusOK, Lock: ended}
+	if freed != "" {
+		r.Freed = []string{freed}
+	}
+	return r
 }
 
 // holding returns the entry c's lease holds, or nil.

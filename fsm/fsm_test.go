@@ -30,6 +30,9 @@ func (l *log) apply(c Command) Result {
 	l.t.Helper()
 	l.index++
 	c.Stamp = l.stamp
+	if c.Version >= commandVersion2 && c.StampTerm == 0 {
+		c.StampTerm = l.term // stamped by this term's leader
+	}
 	r, err := l.m.Apply(l.index, l.term, c.Encode(nil))
 	if err != nil {
 		l.t.Fatalf("apply %v: %v", c.Op, err)

@@ -16,6 +16,7 @@ func FuzzApply(f *testing.F) {
 		{Op: OpSetNode, NodeID: "n1", NodeAddr: "127.0.0.1:8001"},
 		{Version: 2, Op: OpTick, Stamp: 1 << 40, StampTerm: 7},
 		{Version: 2, Op: OpAcquire, Stamp: 5, StampTerm: 1, Name: "a", LeaseID: "L", TTL: 1000},
+		{Version: 3, Op: OpForceRelease, Stamp: 6, StampTerm: 1, Name: "orders/1"},
 	} {
 		f.Add(c.Encode(nil))
 	}

@@ -13,12 +13,14 @@ import (
 // The command format gate. A node of an older build stops at the first
 // committed entry in a format it cannot read (by design: answering it
 // differently from the others would split the state), so a leader writes
-// command format 2 only once every member of the current configuration,
+// command format 2 or 3 only once every member of the current configuration,
 // voters and non-voters, has reported in a survey of this term (promote.go's,
 // through Config.FetchProgress, read from GET /v1/cluster) that its build
 // reads it. Until then, and in every new term until its first survey, it
-// writes format 1, which every build reads. See fsm/DESIGN.md, "Command
-// versions".
+// writes format 1, which every build reads. A force release exists only in
+// format 3 (fsm.OpInVersion): until the gate allows 3 the leader refuses it
+// with ErrNotSupportedYet (writes.go, integrity.go). See fsm/DESIGN.md,
+// "Command versions".
 
 // cmdFormat is what a survey found: in term, with the configuration at
 // configIndex, the leader may write version.
@@ -88,6 +90,6 @@ func (n *Node) recordFormat(term, configIndex uint64, members []raft.Server, rep
 	case v != was:
 		n.log.Info("command format for new log entries changed", "version", v, "was", was, "term", term, "members", len(members)+1, "held_back_by", why)
 	case v < fsm.MaxCommandVersion && (prev == nil || prev.term != term):
-		n.log.Info("writing command format 1: not every member reads a newer one", "term", term, "held_back_by", why)
+		n.log.Info("writing an older command format: not every member reads the newest", "version", v, "newest", fsm.MaxCommandVersion, "term", term, "held_back_by", why)
 	}
 }

@@ -28,7 +28,7 @@ func entryAt(t *testing.T, n *clustertest.Node, index uint64) (fsm.Command, uint
 	return c, l.Term
 }
 
-// A leader whose members all report reading format 2 writes format 2, with
+// A leader whose members all report reading the newest format (3) writes it, with
 // the term it stamped in; a single node has no one to ask.
 func TestLeaderWritesFormat2AfterSurvey(t *testing.T) {
 	for _, size := range []int{1, 3} {
@@ -46,9 +46,9 @@ func TestLeaderWritesFormat2AfterSurvey(t *testing.T) {
 			c.WaitApplied(index)
 			for _, n := range c.Nodes {
 				cmd, term := entryAt(t, n, index)
-				if cmd.Version != 2 || cmd.StampTerm != term || cmd.Op != fsm.OpAcquire {
-					t.Errorf("%s: entry %d is %v version %d stamped in term %d, logged in %d; want an acquire, version 2, same term",
-						n.ID, index, cmd.Op, cmd.Version, cmd.StampTerm, term)
+				if cmd.Version != fsm.MaxCommandVersion || cmd.StampTerm != term || cmd.Op != fsm.OpAcquire {
+					t.Errorf("%s: entry %d is %v version %d stamped in term %d, logged in %d; want an acquire, version %d, same term",
+						n.ID, index, cmd.Op, cmd.Version, cmd.StampTerm, term, fsm.MaxCommandVersion)
 				}
 			}
 			c.EnsureSame(t)
