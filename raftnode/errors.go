@@ -26,6 +26,9 @@ var (
 	ErrDiverged = store.ErrDiverged
 	// ErrStorage: this node's disk refused a write (storage.go).
 	ErrStorage = store.ErrStorage
+	// ErrNotSupportedYet: the command needs a command format the gate does
+	// not allow yet (cmdversion.go).
+	ErrNotSupportedYet = store.ErrNotSupportedYet
 )
 
 // readOps are the operations passed to raftError that write nothing: when

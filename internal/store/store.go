@@ -47,6 +47,11 @@ var (
 	// than a quorum, so the cluster could not elect a leader or commit
 	// afterwards.
 	ErrUnsafeChange = errors.New("unsafe membership change")
+	// ErrNotSupportedYet: the command needs a log command format that not
+	// every member reads yet (a member runs an older build, or the leader
+	// has not surveyed its members in this term); the leader refused it
+	// before writing anything. Upgrading every node lifts it.
+	ErrNotSupportedYet = errors.New("not supported by every node yet")
 )
 
 // LockReader is the read-only view of a node's locks that reads are
