@@ -10,12 +10,14 @@ import (
 	"github.com/raftlock/raftlock/fsm"
 )
 
-// Apply proposes one lock command (acquire, renew or release) and returns
-// the state machine's outcome once the entry is committed on a quorum and
-// applied here. Only the leader can; others return ErrNotLeader.
+// Apply proposes one lock command (acquire, renew, release or force
+// release) and returns the state machine's outcome once the entry is
+// committed on a quorum and applied here. Only the leader can; others return
+// ErrNotLeader. A force release needs command format 3 on every member
+// (ErrNotSupportedYet until the format gate allows it).
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	switch cmd.Op {
-	case fsm.OpAcquire, fsm.OpRenew, fsm.OpRelease:
+	case fsm.OpAcquire, fsm.OpRenew, fsm.OpRelease, fsm.OpForceRelease:
 	default:
 		return fsm.Result{}, fmt.Errorf("raftnode: %v is not a lock command", cmd.Op)
 	}
@@ -25,10 +27,33 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if !n.IsLeader() {
 		return fsm.Result{}, ErrNotLeader
 	}
-	if cmd.Op == fsm.OpAcquire {
+	switch cmd.Op {
+	case fsm.OpAcquire:
 		return n.Acquire(ctx, cmd, 0)
+	case fsm.OpForceRelease:
+		return n.forceRelease(cmd)
 	}
 	return n.applyAdmitted(cmd)
+}
+
+// forceRelease writes a force release if every member reads it. The check
+// here answers early; applyExt checks again with the version the entry is
+// really written in, since the gate may change in between (a new term, a
+// new member).
+func (n *Node) forceRelease(cmd fsm.Command) (fsm.Result, error) {
+	if v := n.CommandVersion(); !fsm.OpInVersion(cmd.Op, v) {
+		return fsm.Result{}, fmt.Errorf("%w: force release needs every node at command version 3; upgrade every node to a build that reads it (GET /v1/cluster shows command_version on each), then retry (this leader writes version %d now)", ErrNotSupportedYet, v)
+	}
+	r, err := n.applyAdmitted(cmd)
+	if err == nil && r.Status == fsm.StatusOK && len(r.Freed) == 0 && r.Lock.Token != 0 {
+		// The lock-delay may end before the lease's deadline did: wake the
+		// leader loop to tick at its end rather than up to TickInterval late.
+		select {
+		case n.changed <- struct{}{}:
+		default:
+		}
+	}
+	return r, err
 }
 
 // applyAdmitted applies a client's command if the bounded queue in front of
