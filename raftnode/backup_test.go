@@ -2,8 +2,10 @@ package raftnode_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -267,10 +269,17 @@ func TestRestoreServesParkedAcquires(t *testing.T) {
 		body   map[string]any
 	}
 	got := make(chan answer, 1)
-	go func() {
-		status, body := call(t, "POST", leader.URL()+"/v1/locks/acquire",
-			map[string]any{"name": "l", "owner": "b", "lease_id": leaseB, "ttl_ms": 600000, "wait_ms": 60000})
-		got <- answer{status, body}
+	go func() { // no t.Fatal off the test goroutine: errors come back as status 0
+		b, _ := json.Marshal(map[string]any{"name": "l", "owner": "b", "lease_id": leaseB, "ttl_ms": 600000, "wait_ms": 60000})
+		resp, err := http.Post(leader.URL()+"/v1/locks/acquire", "application/json", bytes.NewReader(b))
+		if err != nil {
+			got <- answer{0, map[string]any{"error": err.Error()}}
+			return
+		}
+		defer resp.Body.Close()
+		body := map[string]any{}
+		json.NewDecoder(resp.Body).Decode(&body)
+		got <- answer{resp.StatusCode, body}
 	}()
 	clustertest.WaitFor(t, 10*time.Second, "b parks", func() bool { return leader.Waiters() == 1 })
 	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes())); err != nil {
