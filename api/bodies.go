@@ -27,8 +27,12 @@ type RenewRequest struct {
 
 // ReleaseRequest is the body of POST /v1/locks/release.
 type ReleaseRequest struct {
-	Name    string `json:"name"`
-	LeaseID string `json:"lease_id"`
+	Name string `json:"name"`
+	// LeaseID is required, except with Force, where it must be empty.
+	LeaseID string `json:"lease_id,omitempty"`
+	// Force (admin only) ends whatever lease holds the lock, as its expiry
+	// would: its lock-delay starts. Needs command_version 3 on every node.
+	Force bool `json:"force,omitempty"`
 }
 
 // JoinRequest is the body of POST /v1/cluster/join.
@@ -85,9 +89,12 @@ type HeldError struct {
 	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
 
-// Released answers a release with 200: {"released": true}.
+// Released answers a release with 200: {"released": true}. A force
+// release answers true and the lease it ended as Holder, or false (no
+// holder) when no lease held the lock (free, or in its lock-delay).
 type Released struct {
-	Released bool `json:"released"`
+	Released bool    `json:"released"`
+	Holder   *Holder `json:"holder,omitempty"`
 }
 
 // Lock is a held lock as reads show it: never with its lease_id. A read of a

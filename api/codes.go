@@ -35,6 +35,11 @@ const (
 	// CodeNoLeader: 503, no leader known in time, or the node is not ready
 	// or stopping; with Retry-After. Nothing applied, certainly.
 	CodeNoLeader = "no_leader"
+	// CodeNotSupportedYet: 503, the request needs a log command format not
+	// every node reads yet (a force release before every node runs a build
+	// with command_version 3); with Retry-After. Nothing applied,
+	// certainly: upgrade every node.
+	CodeNotSupportedYet = "not_supported_yet"
 	// CodeDiverged: 503, this node's state differs from the leader's; it
 	// serves nothing until an operator acts. Nothing applied.
 	CodeDiverged = "state_diverged"

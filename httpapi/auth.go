@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -217,7 +218,7 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="insufficient_scope"`)
 			writeError(w, &apiError{http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("a %s token cannot %s %s; it needs %s", have, r.Method, r.URL.Path, need)})
 		default:
-			next.ServeHTTP(w, withTenant(r, name))
+			next.ServeHTTP(w, withCaller(withTenant(r, name), have))
 		}
 	})
 }
@@ -230,4 +231,30 @@ func bearer(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return token, true
+}
+
+type roleKey struct{}
+
+// withCaller records the role the request's token has, for rules a route
+// cannot express: a handler that needs more for some bodies (a force
+// release needs admin) asks callerMay.
+func withCaller(r *http.Request, role Role) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), roleKey{}, role))
+}
+
+// callerMay reports whether the request's caller has role need. With
+// tokens off every request may do everything, as for every admin route.
+func (s *Server) callerMay(ctx context.Context, need Role) bool {
+	if s.opts.Tokens == nil {
+		return true
+	}
+	have, _ := ctx.Value(roleKey{}).(Role)
+	return have >= need
+}
+
+// callerName is the name of the request's token (the tenant), or "" with
+// tokens off: who to name in the log for an admin action.
+func callerName(ctx context.Context) string {
+	name, _ := ctx.Value(tenantKey{}).(string)
+	return name
 }

@@ -48,6 +48,9 @@ var errorTable = []struct {
 	{store.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader},
 	{store.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded},
 	{store.ErrUnknownNode, http.StatusNotFound, api.CodeNotFound},
+	// Refused by the leader before anything reached the log: not every
+	// member reads the command format the request needs.
+	{store.ErrNotSupportedYet, http.StatusServiceUnavailable, api.CodeNotSupportedYet},
 	// Refused before anything reached the log: this node's state is not the
 	// cluster's (a state check found it different from the leader's).
 	{store.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged},

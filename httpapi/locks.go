@@ -66,6 +66,9 @@ func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error)
 }
 
 func (s *Server) release(ctx context.Context, req *releaseRequest) (int, any, error) {
+	if req.Force {
+		return s.forceRelease(ctx, req)
+	}
 	res, err := s.applyGated(ctx, fsm.Command{Op: fsm.OpRelease, Name: req.Name, LeaseID: req.LeaseID})
 	if err != nil {
 		return 0, nil, err
@@ -214,4 +217,32 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(store.Lo
 		}
 		return http.StatusOK, view(m), nil
 	})
+}
+
+// forceRelease ends whatever lease holds the lock (admin only; any caller
+// with tokens off, as for every admin route). The leader refuses it with
+// 503 not_supported_yet until every node reads command format 3. The node
+// that decides logs it with the caller's token name.
+func (s *Server) forceRelease(ctx context.Context, req *releaseRequest) (int, any, error) {
+	if !s.callerMay(ctx, RoleAdmin) {
+		return 0, nil, &apiError{http.StatusForbidden, api.CodeForbidden, "a force release needs an admin token"}
+	}
+	res, err := s.applyGated(ctx, fsm.Command{Op: fsm.OpForceRelease, Name: req.Name})
+	if err != nil {
+		return 0, nil, err
+	}
+	if res.Status != fsm.StatusOK {
+		return outcome(res, req.Name)
+	}
+	by := callerName(ctx)
+	if by == "" {
+		by = "(tokens off)"
+	}
+	if res.Lock.Token == 0 {
+		s.log.Info("force release: no lease held the lock", "lock", req.Name, "by", by)
+		return http.StatusOK, api.Released{Released: false}, nil
+	}
+	s.log.Warn("force release: ended a lease", "lock", req.Name, "by", by,
+		"holder", res.Lock.Owner, "fencing_token", res.Lock.Token, "lock_delay_ms", res.Lock.LockDelay)
+	return http.StatusOK, api.Released{Released: true, Holder: &api.Holder{Owner: res.Lock.Owner, FencingToken: res.Lock.Token}}, nil
 }

@@ -73,6 +73,13 @@ func (r *releaseRequest) validate() error {
 	if err := validName(r.Name); err != nil {
 		return err
 	}
+	if r.Force {
+		// Whoever holds it: a lease id would suggest only that lease.
+		if r.LeaseID != "" {
+			return badRequest("lease_id: must be empty with force (a force release ends whatever lease holds the lock)")
+		}
+		return nil
+	}
 	return validLeaseID(r.LeaseID)
 }
 
