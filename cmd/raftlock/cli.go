@@ -39,6 +39,26 @@ func (e env) get(key string) string {
 // environment, and returns the process's exit code.
 type command func(args []string, stdout, stderr io.Writer, environ env) int
 
+// subcommands runs the subcommand args[0] of group (cluster, snapshot), or
+// prints the group's help.
+func subcommands(group, help string, subs map[string]command, args []string, stdout, stderr io.Writer, environ env) int {
+	if len(args) == 0 {
+		fmt.Fprintf(stderr, "raftlock %s: missing subcommand (see raftlock %s --help)\n", group, group)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "--help", "-help", "help":
+		fmt.Fprint(stdout, help)
+		return exitOK
+	}
+	sub, ok := subs[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "raftlock %s: unknown subcommand %q (see raftlock %s --help)\n", group, args[0], group)
+		return exitUsage
+	}
+	return sub(args[1:], stdout, stderr, environ)
+}
+
 // conn holds the flags every command that talks to the cluster has.
 type conn struct {
 	endpoints string

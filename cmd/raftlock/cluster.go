@@ -85,21 +85,7 @@ func clusterCmd(args []string, stdout, stderr io.Writer, environ env) int {
 		"transfer":    clusterTransferCmd,
 		"check-state": clusterCheckStateCmd,
 	}
-	if len(args) == 0 {
-		fmt.Fprintf(stderr, "raftlock cluster: missing subcommand (see raftlock cluster --help)\n")
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "--help", "-help", "help":
-		fmt.Fprint(stdout, clusterHelp)
-		return exitOK
-	}
-	sub, ok := subs[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "raftlock cluster: unknown subcommand %q (see raftlock cluster --help)\n", args[0])
-		return exitUsage
-	}
-	return sub(args[1:], stdout, stderr, environ)
+	return subcommands("cluster", clusterHelp, subs, args, stdout, stderr, environ)
 }
 
 func clusterStatusCmd(args []string, stdout, stderr io.Writer, environ env) int {

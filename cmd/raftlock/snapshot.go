@@ -68,21 +68,7 @@ func snapshotCmd(args []string, stdout, stderr io.Writer, environ env) int {
 		"inspect": snapshotInspectCmd,
 		"restore": snapshotRestoreCmd,
 	}
-	if len(args) == 0 {
-		fmt.Fprintf(stderr, "raftlock snapshot: missing subcommand (see raftlock snapshot --help)\n")
-		return exitUsage
-	}
-	switch args[0] {
-	case "-h", "--help", "-help", "help":
-		fmt.Fprint(stdout, snapshotHelp)
-		return exitOK
-	}
-	sub, ok := subs[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "raftlock snapshot: unknown subcommand %q (see raftlock snapshot --help)\n", args[0])
-		return exitUsage
-	}
-	return sub(args[1:], stdout, stderr, environ)
+	return subcommands("snapshot", snapshotHelp, subs, args, stdout, stderr, environ)
 }
 
 func snapshotSaveCmd(args []string, stdout, stderr io.Writer, environ env) int {
