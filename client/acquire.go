@@ -263,6 +263,37 @@ func (c *Client) Release(ctx context.Context, name, leaseID string) error {
 	return err
 }
 
+// ForceReleased is the answer of ForceRelease.
+type ForceReleased struct {
+	// Ended says a lease held the lock and this force release ended it;
+	// Owner and Token are that lease's. False: no lease held the lock (it
+	// was free or in its lock-delay), or an earlier attempt of this call
+	// ended it and its answer was lost.
+	Ended bool
+	Owner string
+	Token uint64
+}
+
+// ForceRelease ends whatever lease holds lock name, as if it had expired:
+// if the lease asked for a lock-delay, nobody can take the lock until it
+// ends (the old holder may still be writing). The old holder's renew then
+// fails with ErrNotHolder. It needs an admin token (ErrForbidden
+// otherwise) and every node at command_version 3: until then the leader
+// answers 503 not_supported_yet, which is retried like other 503s until
+// ctx ends.
+func (c *Client) ForceRelease(ctx context.Context, name string) (ForceReleased, error) {
+	var out api.Released
+	_, err := c.do(ctx, request{
+		method: http.MethodPost, path: "/v1/locks/release",
+		body:   api.ReleaseRequest{Name: name, Force: true},
+		leader: true, idempotent: true, lock: name,
+	}, &out)
+	if err != nil || !out.Released || out.Holder == nil {
+		return ForceReleased{}, err
+	}
+	return ForceReleased{Ended: true, Owner: out.Holder.Owner, Token: out.Holder.FencingToken}, nil
+}
+
 // WithLock acquires the lock (waiting as Acquire does), runs fn with a
 // context that is cancelled when ctx ends or the lease is lost, and releases
 // the lock. fn gets the fencing token to pass to the storage it writes. If fn

@@ -46,6 +46,7 @@ Example:
 `
 
 const releaseHelp = `Usage: raftlock release --lease-id ID [flags] NAME
+       raftlock release --force [flags] NAME
 
 Releases lock NAME held by lease ID. A release never frees another lease's
 lock. The lease id may come from RAFTLOCK_LEASE_ID instead.
@@ -54,8 +55,17 @@ Exits 4 when that lease does not hold the lock, 6 when the outcome is unknown
 (the release may have been applied): run it again; exit 4 then means the
 lease holds the lock no more, by that release or by expiry.
 
+--force (admin token) ends whatever lease holds NAME, as if it had expired:
+its lock-delay, if it asked for one, starts (the holder may still be
+writing), and the holder's next renew fails with not_holder. It prints the
+lease it ended, or that no lease held the lock (free, or in its lock-delay:
+exit 0 either way). It needs every node at command_version 3
+(raftlock cluster status); until then the leader refuses it
+(not_supported_yet) and this command retries until --timeout.
+
 Example:
   RAFTLOCK_LEASE_ID=$lease raftlock release orders/89041
+  raftlock release --force orders/89041
 `
 
 // acquireFlags are the flags of acquire and exec.
@@ -192,9 +202,18 @@ func releaseCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c := newCLI("release", releaseHelp, stdout, stderr)
 	c.conn = addConnFlags(c.fs, 10*time.Second, true)
 	id := leaseIDFlag(c.fs)
+	force := c.fs.Bool("force", false, "end whatever lease holds the lock (admin token; no --lease-id)")
 	pos, code, ok := c.parse(args, environ, 1, 1)
 	if !ok {
 		return code
+	}
+	if *force {
+		if *id != "" {
+			return c.usageError(errors.New("--force ends whatever lease holds the lock: give no --lease-id (nor RAFTLOCK_LEASE_ID)"))
+		}
+		return c.withClient(func(ctx context.Context, cl *client.Client) int {
+			return forceRelease(ctx, c, cl, pos[0])
+		})
 	}
 	if err := checkGivenLeaseID(*id); err != nil {
 		return c.usageError(err)
@@ -210,4 +229,26 @@ func releaseCmd(args []string, stdout, stderr io.Writer, environ env) int {
 		fmt.Fprintf(stdout, "released %s\n", pos[0])
 		return exitOK
 	})
+}
+
+// forceRelease runs release --force NAME.
+func forceRelease(ctx context.Context, c *cli, cl *client.Client, name string) int {
+	r, err := cl.ForceRelease(ctx, name)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.conn.json {
+		out := map[string]any{"name": name, "released": r.Ended}
+		if r.Ended {
+			out["holder"] = map[string]any{"owner": r.Owner, "fencing_token": r.Token}
+		}
+		c.printJSON(out)
+		return exitOK
+	}
+	if !r.Ended {
+		fmt.Fprintf(c.stdout, "no lease held %s (free, or in its lock-delay): nothing released\n", name)
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "force-released %s: ended the lease of %q (fencing token %d)\n", name, r.Owner, r.Token)
+	return exitOK
 }
