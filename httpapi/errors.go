@@ -90,6 +90,12 @@ func writeError(w http.ResponseWriter, err error) {
 		}
 	}
 	switch ae.status {
+	case http.StatusForbidden:
+		// Also for a 403 decided by a handler (a force release without an
+		// admin token), as authorize answers it.
+		if w.Header().Get("WWW-Authenticate") == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="insufficient_scope"`)
+		}
 	case http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
 		w.Header().Set(api.HeaderRetryAfter, "1")
 	case http.StatusInternalServerError:

@@ -47,6 +47,9 @@ func TestForceReleaseNeedsAdmin(t *testing.T) {
 	force := `{"name":"a","force":true}`
 	rec = do(t, s, "POST", "/v1/locks/release", force, "Authorization", "Bearer "+tokRW)
 	wantError(t, rec, http.StatusForbidden, "forbidden", "admin")
+	if h := rec.Header().Get("WWW-Authenticate"); !strings.Contains(h, "insufficient_scope") {
+		t.Errorf("WWW-Authenticate %q, want insufficient_scope as for every 403", h)
+	}
 	if n := len(f.commands()); n != 1 {
 		t.Fatalf("a refused force release reached the store (%d commands)", n)
 	}
