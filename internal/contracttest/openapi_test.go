@@ -302,6 +302,16 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	c.want(st, b, 409)
 	st, b = c.do(call{method: "POST", url: F + "/v1/locks/release", body: fmt.Sprintf(`{"name":"contract-a","lease_id":%q}`, lease.LeaseID)})
 	c.want(st, b, 200)
+	// Force release (tokens off: anyone may): 503 not_supported_yet until
+	// the leader's survey finds every node at command format 3, then the
+	// lease it ended, then nothing left to end.
+	clustertest.WaitFor(t, 15*time.Second, "a force release", func() bool {
+		st, b := c.do(call{method: "POST", url: F + "/v1/locks/release", body: `{"name":"contract-b","force":true}`})
+		c.want(st, b, 200, 503)
+		return st == 200
+	})
+	st, b = c.do(call{method: "POST", url: L + "/v1/locks/release", body: `{"name":"contract-b","force":true}`})
+	c.want(st, b, 200)
 
 	// A lock delay: held answers carry retry_after_ms once the lease expires.
 	st, b = c.do(call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"contract-d","ttl_ms":500,"lock_delay_ms":60000}`})
@@ -324,6 +334,7 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 		{call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"x","ttl_ms":10000,"TTL_MS":1}`, invalid: true}, 400},
 		{call{method: "POST", url: L + "/v1/locks/renew", body: `{"name":"x"}`, invalid: true}, 400},
 		{call{method: "POST", url: L + "/v1/locks/release", body: `{"name":"x","lease_id":"short"}`, invalid: true}, 400},
+		{call{method: "POST", url: L + "/v1/locks/release", body: `{"name":"x"}`}, 400},
 		{call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"x","ttl_ms":10000}`, contentType: "-", invalid: true}, 415},
 		{call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"x","ttl_ms":10000}`, contentType: "text/plain", invalid: true}, 415},
 		{call{method: "POST", url: L + "/v1/locks/acquire", body: tooLarge, invalid: true}, 413},
@@ -416,6 +427,8 @@ func TestOpenAPIAuthErrors(t *testing.T) {
 	c.want(st, b, 403)
 	c.token = rw
 	st, b = c.do(call{method: "POST", url: u + "/v1/cluster/check-state", body: `{}`})
+	c.want(st, b, 403)
+	st, b = c.do(call{method: "POST", url: u + "/v1/locks/release", body: `{"name":"a","force":true}`})
 	c.want(st, b, 403)
 	c.token = ""
 	st, b = c.do(call{method: "GET", url: u + "/healthz"})
