@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/raftnode"
 )
 
 // raftlock release --force on a three-node cluster with tokens: a
@@ -43,4 +45,23 @@ func TestCLIForceRelease(t *testing.T) {
 			t.FailNow()
 		}
 	}
+}
+
+// While a member reads only command format 2 the leader refuses a force
+// release; the CLI retries the 503 until --timeout and then says why.
+func TestCLIForceReleaseBeforeFormat3(t *testing.T) {
+	cl := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) {
+		inner := cfg.FetchProgress
+		cfg.FetchProgress = func(ctx context.Context, id, addr string) (raftnode.Progress, error) {
+			p, err := inner(ctx, id, addr)
+			p.CommandVersion = 2 // every member reads up to 2: the leader writes 2
+			return p, err
+		}
+	}})
+	clustertest.WaitFor(t, 15*time.Second, "the leader to write command format 2", func() bool {
+		return cl.Leader().CommandVersion() == 2
+	})
+	step{name: "force before format 3", args: args("release", "--force", "--timeout", "1s", "force/2"),
+		code: exitUnavailable, stderr: `^raftlock release: cluster unavailable: .*not_supported_yet.*force release needs every node at command version 3; upgrade`,
+	}.run(t, endpointsEnv(cl.Endpoints()))
 }
