@@ -380,9 +380,12 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	for _, n := range cl.Nodes[:2] {
 		n.Kill()
 	}
-	clustertest.WaitFor(t, 15*time.Second, "the last node to lose its leader", func() bool {
-		st, _ := c.do(call{method: "GET", url: last.URL() + "/readyz"})
-		return st == 503
+	// Not /readyz: a node that was just handed leadership is not ready until
+	// its Barrier commits, yet still leads, and a write it takes then may
+	// commit or not (504, correctly). Wait until it knows no leader at all.
+	clustertest.WaitFor(t, 15*time.Second, "the last node to know no leader", func() bool {
+		id, _ := last.Leader()
+		return id == ""
 	})
 	st, b = c.do(call{method: "POST", url: last.URL() + "/v1/locks/acquire", body: `{"name":"contract-x","ttl_ms":10000}`})
 	c.want(st, b, 503)
