@@ -13,7 +13,7 @@ type nodeMetrics struct {
 	commands *prometheus.CounterVec // by op and outcome
 	// byOutcome holds commands' children resolved once, so the FSM goroutine
 	// does no label hashing per entry.
-	byOutcome     [fsm.OpRemoveNode + 1][fsm.StatusInvalid + 1]prometheus.Counter
+	byOutcome     [fsm.OpForceRelease + 1][fsm.StatusInvalid + 1]prometheus.Counter
 	expiries      prometheus.Counter
 	leaderChanges prometheus.Counter
 	gauges        []prometheus.Collector
@@ -34,7 +34,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 			Help: "Times this node gained or lost leadership.",
 		}),
 	}
-	for op := fsm.OpAcquire; op <= fsm.OpRemoveNode; op++ {
+	for op := fsm.OpAcquire; op <= fsm.OpForceRelease; op++ {
 		for st := fsm.StatusOK; st <= fsm.StatusInvalid; st++ {
 			m.byOutcome[op][st] = m.commands.WithLabelValues(op.String(), st.String())
 		}
