@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bufio"
+	"bytes"
 	"container/heap"
 	"encoding/binary"
 	"errors"
@@ -19,6 +20,35 @@ const (
 
 // ErrBadSnapshot is returned by Restore for data it cannot read.
 var ErrBadSnapshot = errors.New("fsm: malformed snapshot")
+
+// ForgetClockTerm returns snap with its clock's term set to 0, a term no log
+// entry has. A snapshot restored from a backup through Raft then starts the
+// FSM clock afresh at the next entry, as a new leader's first entry does,
+// instead of adding the time since the backup was taken, which would
+// shorten the restored leases when the backup came from the current term.
+// Leases are only ever lengthened by it.
+func ForgetClockTerm(snap []byte) ([]byte, error) {
+	if !bytes.HasPrefix(snap, []byte(snapshotMagic)) {
+		return nil, fmt.Errorf("%w: no magic", ErrBadSnapshot)
+	}
+	p := len(snapshotMagic)
+	v, k := binary.Uvarint(snap[p:])
+	if k <= 0 || v != snapshotVersion {
+		return nil, fmt.Errorf("%w: version %d not understood", ErrBadSnapshot, v)
+	}
+	p += k
+	if _, k = binary.Varint(snap[p:]); k <= 0 { // clock.Now
+		return nil, fmt.Errorf("%w: clock unreadable", ErrBadSnapshot)
+	}
+	p += k
+	if _, k = binary.Uvarint(snap[p:]); k <= 0 { // clock.Term
+		return nil, fmt.Errorf("%w: clock unreadable", ErrBadSnapshot)
+	}
+	out := make([]byte, 0, len(snap))
+	out = append(out, snap[:p]...)
+	out = binary.AppendUvarint(out, 0)
+	return append(out, snap[p+k:]...), nil
+}
 
 // Snapshot is a point-in-time copy of the state, taken under the lock so it
 // can be written out while Apply goes on.

@@ -70,3 +70,36 @@ func TestRestoreRejectsGarbage(t *testing.T) {
 		}
 	}
 }
+
+// A backup restored through Raft must not have the time since it was taken
+// subtracted from its leases: ForgetClockTerm zeroes only the clock's term.
+func TestForgetClockTermChangesOnlyTheTerm(t *testing.T) {
+	m := New()
+	m.ApplyCommand(5, 3, Command{Op: OpAcquire, Stamp: 1e9, Name: "a", LeaseID: "la", TTL: 10_000})
+	m.ApplyCommand(6, 3, Command{Op: OpTick, Stamp: 4e9})
+	var buf bytes.Buffer
+	if _, err := m.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ForgetClockTerm(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New()
+	if err := r.Restore(bytes.NewReader(out)); err != nil {
+		t.Fatal(err)
+	}
+	want := m.Clock()
+	want.Term = 0
+	if got := r.Clock(); got != want {
+		t.Fatalf("clock after ForgetClockTerm = %+v, want %+v", got, want)
+	}
+	if l, ok := r.Get("a"); !ok || l.Token != 5 {
+		t.Fatalf("lock a = %+v, %v; want held with token 5", l, ok)
+	}
+	for _, bad := range [][]byte{nil, []byte("RAFTLOCK-SNAP"), []byte("NOT-A-SNAPSHOT")} {
+		if _, err := ForgetClockTerm(bad); !errors.Is(err, ErrBadSnapshot) {
+			t.Errorf("ForgetClockTerm(%q) = %v, want ErrBadSnapshot", bad, err)
+		}
+	}
+}

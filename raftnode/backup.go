@@ -177,9 +177,9 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 	if err != nil {
 		return BackupInfo{}, err
 	}
-	snap, err = forgetClockTerm(snap)
+	snap, err = fsm.ForgetClockTerm(snap)
 	if err != nil {
-		return BackupInfo{}, err
+		return BackupInfo{}, fmt.Errorf("%w: %w", ErrBadBackup, err)
 	}
 	if !n.IsLeader() {
 		return BackupInfo{}, ErrNotLeader
@@ -219,36 +219,6 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) error {
 func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) error {
 	_, err := n.Restore(ctx, r)
 	return err
-}
-
-// forgetClockTerm sets the term in an fsm snapshot's clock to 0, a term no
-// entry has: the next entry then starts the FSM clock afresh, as a new
-// leader's first entry does, instead of adding the time since the backup
-// was taken (which would shorten the restored leases when the backup was
-// taken in the current term).
-func forgetClockTerm(snap []byte) ([]byte, error) {
-	const magic = "RAFTLOCK-SNAP"
-	if !bytes.HasPrefix(snap, []byte(magic)) {
-		return nil, fmt.Errorf("%w: fsm snapshot without its magic", ErrBadBackup)
-	}
-	p := len(magic)
-	v, k := binary.Uvarint(snap[p:])
-	if k <= 0 || v != 1 {
-		return nil, fmt.Errorf("%w: fsm snapshot version %d not understood", ErrBadBackup, v)
-	}
-	p += k
-	if _, k = binary.Varint(snap[p:]); k <= 0 { // Now
-		return nil, fmt.Errorf("%w: fsm snapshot clock unreadable", ErrBadBackup)
-	}
-	p += k
-	_, k = binary.Uvarint(snap[p:]) // Term
-	if k <= 0 {
-		return nil, fmt.Errorf("%w: fsm snapshot clock unreadable", ErrBadBackup)
-	}
-	out := make([]byte, 0, len(snap))
-	out = append(out, snap[:p]...)
-	out = binary.AppendUvarint(out, 0)
-	return append(out, snap[p+k:]...), nil
 }
 
 // parkedNames returns the locks someone waits for.
