@@ -141,6 +141,9 @@ func checkRestoreAnywhere(t testing.TB, entries []logEntry, maxExpiries int) {
 	t.Helper()
 	replayed := New()
 	replayed.maxExpiries = maxExpiries
+	// As few tombstones as expiries: with 8 names, pruning and its floor
+	// are exercised too.
+	replayed.maxTombs = maxExpiries
 	results := make([]Result, len(entries))
 	snaps := make([][]byte, len(entries)+1)
 	snaps[0] = snapshotBytes(t, replayed)
@@ -154,6 +157,7 @@ func checkRestoreAnywhere(t testing.TB, entries []logEntry, maxExpiries int) {
 	for k := range snaps {
 		restored := New()
 		restored.maxExpiries = maxExpiries
+		restored.maxTombs = maxExpiries
 		if err := restored.Restore(bytes.NewReader(snaps[k])); err != nil {
 			t.Fatalf("restore snapshot at index %d: %v", k, err)
 		}

@@ -39,6 +39,11 @@ type Lock struct {
 	TTL       int64  // milliseconds
 	LockDelay int64  // milliseconds, applied if the lease expires
 	Deadline  int64  // FSM clock nanoseconds at which the lease expires
+	Value     string // what the holder published with the lock
+	// Index is the Raft index of the entry that last changed the lock as
+	// readers see it: its grant, a renew or retried acquire that changed
+	// the TTL, a value update, the expiry that started its lock-delay.
+	Index uint64
 }
 
 // Result is what Apply returns for one command.
@@ -53,6 +58,9 @@ type Result struct {
 	Freed []string
 	// Expired counts leases that ran out during this entry.
 	Expired int
+	// Changed lists the locks whose index became this entry's (see
+	// Machine.Index): what wakes blocking reads. A name may repeat.
+	Changed []string
 }
 
 // entry is a lock that is either held or in its lock-delay after an expiry.
@@ -81,6 +89,15 @@ type Machine struct {
 	timers timerHeap // every entry, ordered by until
 	held   int
 	nodes  map[string]string // node id -> HTTP address
+	// tombs remembers, for locks that became free, the index at which they
+	// did, so a blocking read on a freed lock sees its index rise; at most
+	// maxTombs of them, the oldest pruned first, floor the highest index
+	// pruned (DESIGN.md, "Lock indexes").
+	tombs    map[string]*tomb
+	tombHeap tombHeap
+	floor    uint64
+	maxTombs int
+	changed  []string // names changed by the entry being applied
 	// maxExpiries is MaxExpiriesPerEntry; tests lower it to reach the cap
 	// with a handful of locks. Replicas must agree on it.
 	maxExpiries int
@@ -88,8 +105,14 @@ type Machine struct {
 
 // New returns an empty machine.
 func New() *Machine {
-	return &Machine{locks: make(map[string]*entry), nodes: make(map[string]string), maxExpiries: MaxExpiriesPerEntry}
+	return &Machine{locks: make(map[string]*entry), nodes: make(map[string]string), tombs: make(map[string]*tomb),
+		maxExpiries: MaxExpiriesPerEntry, maxTombs: MaxTombstones}
 }
+
+// MaxTombstones bounds how many freed locks keep their index (DESIGN.md,
+// "Lock indexes"). Replicas must agree on it: changing it changes the state
+// every replica computes, like MaxExpiriesPerEntry.
+const MaxTombstones = 65536
 
 // Apply decodes and applies the entry at index, written in term. An error
 // means the bytes are not a command this version knows (ErrBadCommand, or
@@ -108,6 +131,7 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.advance(index, term, c)
+	m.changed = nil
 	freed, expired := m.expireDue()
 	if c.Op == OpAcquire || c.Op == OpRenew || c.Op == OpRelease || c.Op == OpForceRelease {
 		f, x := m.settleName(c.Name)
@@ -139,6 +163,7 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	}
 	r.Freed = append(freed, r.Freed...)
 	r.Expired = expired
+	r.Changed, m.changed = m.changed, nil
 	return r
 }
 
@@ -221,6 +246,7 @@ func (m *Machine) settle(e *entry) (freed string, leaseEnded bool) {
 		e.until = m.clock.Now + e.lock.LockDelay*1e6
 		m.held--
 		heap.Fix(&m.timers, e.slot)
+		m.touch(e) // readers see it free from now
 		return "", true
 	}
 	heap.Remove(&m.timers, e.slot)
@@ -229,6 +255,7 @@ func (m *Machine) settle(e *entry) (freed string, leaseEnded bool) {
 		leaseEnded = true
 	}
 	delete(m.locks, e.lock.Name)
+	m.bury(e.lock.Name)
 	return e.lock.Name, leaseEnded
 }
 
@@ -245,6 +272,9 @@ func (m *Machine) acquire(index uint64, c Command) Result {
 		}
 		// The same lease asks again: a client retrying after a timeout. It
 		// keeps its token and, like a renew, its deadline moves from now.
+		if e.lock.TTL != c.TTL {
+			m.touch(e)
+		}
 		e.lock.TTL, e.lock.LockDelay = c.TTL, c.LockDelay
 		m.setUntil(e, m.clock.Now+c.TTL*1e6)
 		return Result{Status: StatusOK, Lock: e.lock}
@@ -258,6 +288,8 @@ func (m *Machine) acquire(index uint64, c Command) Result {
 	m.locks[c.Name] = e
 	heap.Push(&m.timers, e)
 	m.held++
+	m.unbury(c.Name)
+	m.touch(e)
 	return Result{Status: StatusOK, Lock: e.lock}
 }
 
@@ -269,8 +301,9 @@ func (m *Machine) renew(c Command) Result {
 	if e == nil {
 		return Result{Status: StatusNotHolder}
 	}
-	if c.TTL > 0 {
+	if c.TTL > 0 && c.TTL != e.lock.TTL {
 		e.lock.TTL = c.TTL
+		m.touch(e)
 	}
 	m.setUntil(e, m.clock.Now+e.lock.TTL*1e6)
 	return Result{Status: StatusOK, Lock: e.lock}
@@ -284,6 +317,7 @@ func (m *Machine) release(c Command) Result {
 	heap.Remove(&m.timers, e.slot)
 	delete(m.locks, c.Name)
 	m.held--
+	m.bury(c.Name)
 	return Result{Status: StatusOK, Lock: e.lock, Freed: []string{c.Name}}
 }
 
@@ -330,6 +364,78 @@ func (m *Machine) setUntil(e *entry, until int64) {
 // that waits that long is never early.
 func ceilMillis(ns int64) int64 {
 	return (ns + 1e6 - 1) / 1e6
+}
+
+// touch records that the entry being applied changed e.
+func (m *Machine) touch(e *entry) {
+	e.lock.Index = m.clock.Index
+	m.changed = append(m.changed, e.lock.Name)
+}
+
+// bury records that name became free at the entry being applied, pruning
+// the oldest tombstones (lowest index, then name) beyond maxTombs.
+func (m *Machine) bury(name string) {
+	m.unbury(name)
+	t := &tomb{name: name, index: m.clock.Index}
+	m.tombs[name] = t
+	heap.Push(&m.tombHeap, t)
+	m.changed = append(m.changed, name)
+	for len(m.tombHeap) > m.maxTombs {
+		old := heap.Pop(&m.tombHeap).(*tomb)
+		delete(m.tombs, old.name)
+		m.floor = max(m.floor, old.index)
+	}
+}
+
+// unbury forgets name's tombstone: the lock is held again.
+func (m *Machine) unbury(name string) {
+	if t, ok := m.tombs[name]; ok {
+		heap.Remove(&m.tombHeap, t.slot)
+		delete(m.tombs, name)
+	}
+}
+
+// indexOf is name's index under the read lock: the entry's, else its
+// tombstone's, else the floor (0 until a tombstone was pruned).
+func (m *Machine) indexOf(name string) uint64 {
+	if e, ok := m.locks[name]; ok {
+		return e.lock.Index
+	}
+	if t, ok := m.tombs[name]; ok {
+		return t.index
+	}
+	return m.floor
+}
+
+// Index returns the Raft index of the entry that last changed lock name as
+// readers see it: held, in lock-delay, or free. For a free lock it is the
+// entry that freed it, 0 if it was never held, or the floor (the highest
+// index of a forgotten tombstone) when that is higher: an index that can
+// only rise, which is what a blocking read needs.
+func (m *Machine) Index(name string) uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.indexOf(name)
+}
+
+// PrefixIndex returns the highest index (as Index) of any lock whose name
+// starts with prefix, and at least the floor. It scans every lock and
+// tombstone.
+func (m *Machine) PrefixIndex(prefix string) uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	hi := m.floor
+	for name, e := range m.locks {
+		if e.lock.Index > hi && strings.HasPrefix(name, prefix) {
+			hi = e.lock.Index
+		}
+	}
+	for name, t := range m.tombs {
+		if t.index > hi && strings.HasPrefix(name, prefix) {
+			hi = t.index
+		}
+	}
+	return hi
 }
 
 // Get returns the lease holding name, if any.
@@ -435,4 +541,38 @@ func (h *timerHeap) Pop() any {
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
 	return e
+}
+
+// tomb is a freed lock's index. tombHeap orders tombstones by index, then
+// name (total, so pruning does not depend on the heap's layout).
+type tomb struct {
+	name  string
+	index uint64
+	slot  int
+}
+
+type tombHeap []*tomb
+
+func (h tombHeap) Len() int { return len(h) }
+func (h tombHeap) Less(i, j int) bool {
+	if h[i].index != h[j].index {
+		return h[i].index < h[j].index
+	}
+	return h[i].name < h[j].name
+}
+func (h tombHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].slot, h[j].slot = i, j
+}
+func (h *tombHeap) Push(x any) {
+	t := x.(*tomb)
+	t.slot = len(*h)
+	*h = append(*h, t)
+}
+func (h *tombHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return t
 }

@@ -13,9 +13,14 @@ import (
 
 // snapshotMagic opens every snapshot; snapshotVersion follows it so that a
 // newer format is refused clearly instead of misread.
+//
+// Version 2 adds each lock's value and index, then after the nodes the
+// tombstone floor and the tombstones (name, index) sorted by name. Version 1
+// is still read: indexes 0, no values, no tombstones.
 const (
-	snapshotMagic   = "RAFTLOCK-SNAP"
-	snapshotVersion = 1
+	snapshotMagic    = "RAFTLOCK-SNAP"
+	snapshotVersion1 = 1
+	snapshotVersion  = 2
 )
 
 // ErrBadSnapshot is returned by Restore for data it cannot read.
@@ -33,7 +38,7 @@ func ForgetClockTerm(snap []byte) ([]byte, error) {
 	}
 	p := len(snapshotMagic)
 	v, k := binary.Uvarint(snap[p:])
-	if k <= 0 || v != snapshotVersion {
+	if k <= 0 || (v != snapshotVersion && v != snapshotVersion1) {
 		return nil, fmt.Errorf("%w: version %d not understood", ErrBadSnapshot, v)
 	}
 	p += k
@@ -56,6 +61,8 @@ type Snapshot struct {
 	clock   Clock
 	entries []entry
 	nodes   map[string]string
+	tombs   []tomb
+	floor   uint64
 }
 
 // Snapshot copies the state. Copying values (not pointers) keeps the copy
@@ -70,6 +77,11 @@ func (m *Machine) Snapshot() *Snapshot {
 	for id, addr := range m.nodes {
 		s.nodes[id] = addr
 	}
+	s.tombs = make([]tomb, 0, len(m.tombs))
+	for _, t := range m.tombs {
+		s.tombs = append(s.tombs, tomb{name: t.name, index: t.index})
+	}
+	s.floor = m.floor
 	return s
 }
 
@@ -102,6 +114,8 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		} else {
 			buf = append(buf, 0)
 		}
+		buf = appendString(buf, e.lock.Value)
+		buf = binary.AppendUvarint(buf, e.lock.Index)
 		if len(buf) > 32<<10 {
 			if _, err := bw.Write(buf); err != nil {
 				return cw.n, fmt.Errorf("write snapshot: %w", err)
@@ -118,6 +132,19 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	for _, id := range ids {
 		buf = appendString(buf, id)
 		buf = appendString(buf, s.nodes[id])
+	}
+	sort.Slice(s.tombs, func(i, j int) bool { return s.tombs[i].name < s.tombs[j].name })
+	buf = binary.AppendUvarint(buf, s.floor)
+	buf = binary.AppendUvarint(buf, uint64(len(s.tombs)))
+	for _, t := range s.tombs {
+		buf = appendString(buf, t.name)
+		buf = binary.AppendUvarint(buf, t.index)
+		if len(buf) > 32<<10 {
+			if _, err := bw.Write(buf); err != nil {
+				return cw.n, fmt.Errorf("write snapshot: %w", err)
+			}
+			buf = buf[:0]
+		}
 	}
 	if _, err := bw.Write(buf); err != nil {
 		return cw.n, fmt.Errorf("write snapshot: %w", err)
@@ -136,7 +163,8 @@ func (m *Machine) Restore(r io.Reader) error {
 	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != snapshotMagic {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
-	if v := rd.uvarint(); rd.err == nil && v != snapshotVersion {
+	v := rd.uvarint()
+	if rd.err == nil && v != snapshotVersion && v != snapshotVersion1 {
 		return fmt.Errorf("%w: unsupported version %d", ErrBadSnapshot, v)
 	}
 	n := New()
@@ -153,6 +181,10 @@ func (m *Machine) Restore(r io.Reader) error {
 		e.lock.Deadline = rd.varint()
 		e.until = rd.varint()
 		e.delayed = rd.byte() == 1
+		if v >= snapshotVersion {
+			e.lock.Value = rd.string()
+			e.lock.Index = rd.uvarint()
+		}
 		if !e.delayed {
 			n.held++
 		}
@@ -165,12 +197,23 @@ func (m *Machine) Restore(r io.Reader) error {
 		id := rd.string()
 		n.nodes[id] = rd.string()
 	}
+	if v >= snapshotVersion {
+		n.floor = rd.uvarint()
+		tombs := rd.uvarint()
+		for i := uint64(0); i < tombs && rd.err == nil; i++ {
+			t := &tomb{name: rd.string(), index: rd.uvarint(), slot: len(n.tombHeap)}
+			n.tombHeap = append(n.tombHeap, t)
+			n.tombs[t.name] = t
+		}
+	}
 	if rd.err != nil {
 		return fmt.Errorf("%w: %v", ErrBadSnapshot, rd.err)
 	}
 	heap.Init(&n.timers)
+	heap.Init(&n.tombHeap)
 	m.mu.Lock()
 	m.clock, m.locks, m.timers, m.held, m.nodes = n.clock, n.locks, n.timers, n.held, n.nodes
+	m.tombs, m.tombHeap, m.floor = n.tombs, n.tombHeap, n.floor
 	m.mu.Unlock()
 	return nil
 }
