@@ -87,6 +87,8 @@ func (r lockReader) Get(name string) (fsm.Lock, bool) { return r.m.Get(name) }
 func (r lockReader) List(prefix string, limit int) ([]fsm.Lock, bool) {
 	return r.m.List(prefix, limit)
 }
+func (r lockReader) Index(name string) uint64         { return r.m.Index(name) }
+func (r lockReader) PrefixIndex(prefix string) uint64 { return r.m.PrefixIndex(prefix) }
 
 func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 	if n.AppliedThrough(index) {

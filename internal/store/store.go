@@ -63,6 +63,11 @@ type LockReader interface {
 	// List returns up to limit held locks whose names start with prefix,
 	// sorted by name, and whether more matched.
 	List(prefix string, limit int) ([]fsm.Lock, bool)
+	// Index returns the index of the entry that last changed lock name,
+	// held or free (fsm.Machine.Index); blocking reads wait for it to rise.
+	Index(name string) uint64
+	// PrefixIndex returns the highest such index under prefix.
+	PrefixIndex(prefix string) uint64
 }
 
 // Status describes the cluster as a node sees it.
