@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/raftlock/raftlock/api"
 )
@@ -35,6 +36,21 @@ type AcquireOptions struct {
 	// characters of [A-Za-z0-9_-]). Acquiring again with the id of a lease
 	// that still holds the lock returns that lease's token.
 	LeaseID string
+	// Value is published with the lock while this lease holds it (readers,
+	// watchers and an Election's followers see it): UTF-8, at most
+	// api.MaxValue bytes. Lease.SetValue changes it.
+	Value string
+}
+
+// checkValue refuses a lock value the server would answer bad_request.
+func checkValue(v string) error {
+	if len(v) > api.MaxValue {
+		return fmt.Errorf("raftlock: value of %d bytes, at most %d allowed", len(v), api.MaxValue)
+	}
+	if !utf8.ValidString(v) {
+		return errors.New("raftlock: value is not valid UTF-8")
+	}
+	return nil
 }
 
 // NewLeaseID returns a random lease id: 128 bits, 22 characters of
@@ -79,6 +95,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		req := api.AcquireRequest{
 			Name: name, Owner: opts.Owner, TTLMs: &ttlMs, LeaseID: id,
 			WaitMs: w.Milliseconds(), LockDelayMs: opts.LockDelay.Milliseconds(),
+			Value: opts.Value,
 		}
 		var resp api.Lease
 		// The lease id makes a resent acquire idempotent: if an earlier
@@ -117,7 +134,9 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 			c.abandon(ctx, name, id)
 			return nil, err
 		}
-		return c.newLease(name, opts.Owner, id, resp.FencingToken, ttl, sent), nil
+		l := c.newLease(name, opts.Owner, id, resp.FencingToken, ttl, sent)
+		l.value = opts.Value
+		return l, nil
 	}
 }
 
@@ -136,6 +155,8 @@ func acquireSettings(name string, opts AcquireOptions) (ttl, round time.Duration
 		return 0, 0, "", errors.New("raftlock: empty lock name")
 	case ttl < 0 || opts.LockDelay < 0:
 		return 0, 0, "", errors.New("raftlock: negative TTL or lock delay")
+	case checkValue(opts.Value) != nil:
+		return 0, 0, "", checkValue(opts.Value)
 	case id == "":
 		id = NewLeaseID()
 	case !api.ValidLeaseID(id):

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,7 +25,8 @@ type fakeCluster struct {
 	term    uint64
 	index   uint64
 	locks   map[string]*fakeLock
-	changed chan struct{} // closed and replaced when locks change
+	freed   map[string]uint64 // lock -> index of the change that freed it (fake_watch_test.go)
+	changed chan struct{}     // closed and replaced when locks change
 	closing chan struct{}
 	reqs    []fakeReq
 	hook    func(n *fakeNode, req fakeReq, w http.ResponseWriter, r *http.Request) bool
@@ -44,6 +43,8 @@ type fakeLock struct {
 	leaseID string
 	token   uint64
 	ttlMs   int64
+	value   string
+	idx     uint64 // index of the lock's last change
 }
 
 type fakeReq struct {
@@ -60,6 +61,7 @@ func (r fakeReq) num(k string) int64 { f, _ := r.Body[k].(float64); return int64
 func newFakeCluster(n int) *fakeCluster {
 	fc := &fakeCluster{
 		locks:   map[string]*fakeLock{},
+		freed:   map[string]uint64{},
 		changed: make(chan struct{}),
 		closing: make(chan struct{}),
 		index:   10480,
@@ -138,7 +140,7 @@ func (fc *fakeCluster) hold(name, owner, leaseID string) uint64 {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	fc.index++
-	fc.locks[name] = &fakeLock{owner: owner, leaseID: leaseID, token: fc.index, ttlMs: 10000}
+	fc.locks[name] = &fakeLock{owner: owner, leaseID: leaseID, token: fc.index, ttlMs: 10000, idx: fc.index}
 	fc.notifyLocked()
 	return fc.index
 }
@@ -147,8 +149,7 @@ func (fc *fakeCluster) hold(name, owner, leaseID string) uint64 {
 func (fc *fakeCluster) drop(name string) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	delete(fc.locks, name)
-	fc.notifyLocked()
+	fc.freeLocked(name)
 }
 
 func (fc *fakeCluster) holder(name string) (fakeLock, bool) {
@@ -229,40 +230,14 @@ func (n *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 			writeErr(w, http.StatusConflict, "not_holder", "lease does not hold the lock")
 			return
 		}
-		delete(fc.locks, q.Name)
-		fc.notifyLocked()
+		fc.freeLocked(q.Name)
 		writeJSON(w, 200, map[string]any{"released": true})
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/locks/"):
-		name := strings.TrimPrefix(r.URL.Path, "/v1/locks/")
-		fc.mu.Lock()
-		defer fc.mu.Unlock()
-		if l, ok := fc.locks[name]; ok {
-			writeJSON(w, 200, map[string]any{"name": name, "held": true, "owner": l.owner, "fencing_token": l.token, "ttl_ms": l.ttlMs})
-		} else {
-			writeJSON(w, 200, map[string]any{"name": name, "held": false})
-		}
+		fc.getLock(w, r, strings.TrimPrefix(r.URL.Path, "/v1/locks/"))
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/locks":
-		prefix := r.URL.Query().Get("prefix")
-		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
-		fc.mu.Lock()
-		defer fc.mu.Unlock()
-		var names []string
-		for name := range fc.locks {
-			if strings.HasPrefix(name, prefix) {
-				names = append(names, name)
-			}
-		}
-		sort.Strings(names)
-		truncated := false
-		if limit > 0 && len(names) > limit {
-			names, truncated = names[:limit], true
-		}
-		locks := []map[string]any{}
-		for _, name := range names {
-			l := fc.locks[name]
-			locks = append(locks, map[string]any{"name": name, "held": true, "owner": l.owner, "fencing_token": l.token, "ttl_ms": l.ttlMs})
-		}
-		writeJSON(w, 200, map[string]any{"locks": locks, "truncated": truncated})
+		fc.listLocks(w, r)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/locks/update":
+		fc.update(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/cluster":
 		fc.mu.Lock()
 		defer fc.mu.Unlock()
@@ -322,6 +297,7 @@ func (fc *fakeCluster) acquire(w http.ResponseWriter, r *http.Request) {
 		LeaseID     string `json:"lease_id"`
 		WaitMs      int64  `json:"wait_ms"`
 		LockDelayMs int64  `json:"lock_delay_ms"`
+		Value       string `json:"value"`
 	}
 	if !decode(w, r, &q) {
 		return
@@ -349,7 +325,7 @@ func (fc *fakeCluster) acquire(w http.ResponseWriter, r *http.Request) {
 		l, held := fc.locks[q.Name]
 		if !held {
 			fc.index++
-			l = &fakeLock{owner: q.Owner, leaseID: q.LeaseID, token: fc.index, ttlMs: q.TTLMs}
+			l = &fakeLock{owner: q.Owner, leaseID: q.LeaseID, token: fc.index, ttlMs: q.TTLMs, value: q.Value, idx: fc.index}
 			fc.locks[q.Name] = l
 			fc.notifyLocked()
 		}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"time"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // Lease is a held lock. A watchdog goroutine renews it about every TTL/3
@@ -34,6 +37,7 @@ type Lease struct {
 	deadline time.Time // local clock; only moves forward
 	sent     time.Time // send time of the acquire/renew that set deadline
 	err      error     // why the lease was lost
+	value    string    // the value last published (AcquireOptions.Value, SetValue)
 	ended    bool      // Release or Detach ran
 
 	stopOnce sync.Once
@@ -98,6 +102,35 @@ func (l *Lease) Context() context.Context { return l.ctx }
 // Lost returns a channel closed when the lease is lost. It is not closed by
 // Release or Detach.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Value returns the value this lease last published with the lock.
+func (l *Lease) Value() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.value
+}
+
+// SetValue replaces the value published with the lock (POST
+// /v1/locks/update); the fencing token stays. It returns an error matching
+// ErrNotHolder if this lease no longer holds the lock. Resending the same
+// value is harmless, so it is retried across nodes until ctx ends.
+func (l *Lease) SetValue(ctx context.Context, value string) error {
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	_, err := l.c.do(ctx, request{
+		method: http.MethodPost, path: "/v1/locks/update",
+		body:   api.UpdateRequest{Name: l.name, LeaseID: l.id, Value: value},
+		leader: true, idempotent: true, lock: l.name,
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("raftlock: update value of %q: %w", l.name, err)
+	}
+	l.mu.Lock()
+	l.value = value
+	l.mu.Unlock()
+	return nil
+}
 
 // Err returns why the lease was lost (it matches ErrLeaseLost), or nil.
 func (l *Lease) Err() error {
