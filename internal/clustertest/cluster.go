@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftlock/raftlock/httpapi"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 	"github.com/raftlock/raftlock/raftnode"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
@@ -349,28 +349,23 @@ func listen(t testing.TB) net.Listener {
 }
 
 // Listen binds a free loopback port below the kernel's ephemeral range; the
-// caller closes it.
+// caller closes it. The picker is procs.Listen, shared with the checker.
 func Listen(t testing.TB) net.Listener {
 	t.Helper()
-	for tries := 0; tries < 1000; tries++ {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12768)))
-		if err == nil {
-			return ln
-		}
+	ln, err := procs.Listen()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port in 20000-32767")
-	return nil
+	return ln
 }
 
 // FreePorts returns n distinct loopback ports that were free a moment ago,
 // below the ephemeral range, for processes the test starts itself.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ports []int
-	for i := 0; i < n; i++ {
-		ln := Listen(t)
-		defer ln.Close() // held until all are picked, so none repeats
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	ports, err := procs.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }
