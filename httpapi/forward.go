@@ -128,7 +128,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 	}
 	defer resp.Body.Close()
 	markForwarded(w)
-	for _, h := range []string{"Content-Type", api.HeaderRetryAfter, "WWW-Authenticate", api.HeaderLeader} {
+	for _, h := range []string{"Content-Type", api.HeaderRetryAfter, "WWW-Authenticate", api.HeaderLeader, api.HeaderIndex} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}
