@@ -15,6 +15,17 @@ type AcquireRequest struct {
 	LeaseID     string `json:"lease_id"`
 	WaitMs      int64  `json:"wait_ms,omitempty"`
 	LockDelayMs int64  `json:"lock_delay_ms,omitempty"`
+	// Value is what the holder publishes with the lock (UTF-8, at most
+	// MaxValue bytes), e.g. a leader's address; readers and watchers see it.
+	Value string `json:"value,omitempty"`
+}
+
+// UpdateRequest is the body of POST /v1/locks/update: the holding lease
+// replaces the lock's value (its token stays).
+type UpdateRequest struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+	Value   string `json:"value"`
 }
 
 // RenewRequest is the body of POST /v1/locks/renew.
@@ -105,18 +116,31 @@ type Lock struct {
 	Owner        string `json:"owner"`
 	FencingToken uint64 `json:"fencing_token"`
 	TTLMs        int64  `json:"ttl_ms"`
+	// Value is what the holder published (acquire's or update's value).
+	Value string `json:"value,omitempty"`
+	// Index is the Raft index of the entry that last changed the lock
+	// (grant, a renew that changed the TTL, value update, release, expiry);
+	// blocking reads wait for it to pass a given index.
+	Index uint64 `json:"index"`
 }
 
 // FreeLock is the answer of GET /v1/locks/{name} for a lock nobody holds.
 type FreeLock struct {
 	Name string `json:"name"`
 	Held bool   `json:"held"` // false
+	// Index: the entry that freed it (release, expiry, end of lock-delay);
+	// 0 for a lock never held (or whose last change was forgotten: see
+	// docs/API.md, blocking reads).
+	Index uint64 `json:"index"`
 }
 
 // LockList answers GET /v1/locks: held locks sorted by name.
 type LockList struct {
 	Locks     []Lock `json:"locks"`
 	Truncated bool   `json:"truncated"` // more locks match than were returned
+	// Index is the highest index of any change under the prefix, held or
+	// freed: a blocking list waits for it to pass a given index.
+	Index uint64 `json:"index"`
 }
 
 // Cluster answers GET /v1/cluster: the answering node's view. Members also

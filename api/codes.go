@@ -60,6 +60,9 @@ const (
 	// to the leader; a node that does not lead answers such a request 503
 	// itself, so a request makes at most one hop.
 	HeaderForwardedBy = "X-Raftlock-Forwarded-By"
+	// HeaderIndex: on lock reads, the index of the lock (or, for a list,
+	// the highest under the prefix): the next blocking read's ?index=.
+	HeaderIndex = "X-Raftlock-Index"
 	// HeaderRetryAfter: seconds to wait before retrying, on every 503, 504
 	// and 429 (and 500 storage_error).
 	HeaderRetryAfter = "Retry-After"
@@ -73,11 +76,15 @@ const (
 	MaxName = 512
 	// MaxOwner is the most bytes of an owner.
 	MaxOwner = 256
+	// MaxValue is the most bytes of a lock's value.
+	MaxValue = 4096
 	// MinTTLMs and MaxTTLMs bound ttl_ms.
 	MinTTLMs = 500
 	MaxTTLMs = 3_600_000
-	// MaxWaitMs bounds an acquire's wait_ms.
+	// MaxWaitMs bounds an acquire's wait_ms and a blocking read's.
 	MaxWaitMs = 300_000
+	// DefaultBlockWaitMs is a blocking read's wait_ms when it gives none.
+	DefaultBlockWaitMs = 60_000
 	// MaxLockDelayMs bounds an acquire's lock_delay_ms.
 	MaxLockDelayMs = 60_000
 	// DefaultListLimit and MaxListLimit: a list's default and largest limit.

@@ -304,7 +304,7 @@ func TestForwardReads(t *testing.T) {
 		return fsm.New(), nil
 	}
 	rec := do(t, newServer(own), http.MethodGet, "/v1/locks/x?stale=true", "")
-	wantJSON(t, rec, http.StatusOK, `{"name":"x","held":false}`)
+	wantJSON(t, rec, http.StatusOK, `{"name":"x","held":false,"index":0}`)
 	if n := len(leader.requests()); n != 3 {
 		t.Errorf("a stale read was forwarded (%d requests at the leader)", n)
 	}
@@ -327,7 +327,7 @@ func TestForwardToLeaderServer(t *testing.T) {
 	rec = do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"orders/89041","owner":"worker-b","ttl_ms":10000}`)
 	wantJSON(t, rec, http.StatusConflict, `{"error":"held","message":"lock \"orders/89041\" is held by \"worker-a\" (fencing token 1)","holder":{"owner":"worker-a","fencing_token":1}}`)
 	rec = do(t, s, http.MethodGet, "/v1/locks/orders%2F89041", "")
-	wantJSON(t, rec, http.StatusOK, `{"name":"orders/89041","held":true,"owner":"worker-a","fencing_token":1,"ttl_ms":10000}`)
+	wantJSON(t, rec, http.StatusOK, `{"name":"orders/89041","held":true,"owner":"worker-a","fencing_token":1,"ttl_ms":10000,"index":1}`)
 	if len(lf.commands()) != 2 {
 		t.Errorf("the leader applied %d commands, want 2", len(lf.commands()))
 	}

@@ -17,7 +17,7 @@ import (
 
 // viewOf is a lock as reads show it: never with its lease_id.
 func viewOf(l fsm.Lock) api.Lock {
-	return api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL}
+	return api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: l.Index}
 }
 
 // outcome turns the state machine's result into the contract's answer.
@@ -45,6 +45,10 @@ func acquireWait(req *acquireRequest) time.Duration {
 }
 
 func (s *Server) acquire(ctx context.Context, req *acquireRequest) (int, any, error) {
+	if req.Value != "" {
+		// Values need a command format no node writes yet.
+		return 0, nil, fmt.Errorf("%w: lock values need command format 4", store.ErrNotSupportedYet)
+	}
 	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs}
 	res, err := s.acquireGated(ctx, cmd, acquireWait(req))
 	if err != nil {
@@ -129,11 +133,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.read(w, r, func(m store.LockReader) any {
+	s.read(w, r, watchKey{key: name}, func(m store.LockReader) (any, uint64) {
 		if l, ok := m.Get(name); ok {
-			return viewOf(l)
+			return viewOf(l), l.Index
 		}
-		return api.FreeLock{Name: name}
+		idx := m.Index(name)
+		return api.FreeLock{Name: name, Index: idx}, idx
 	})
 }
 
@@ -157,13 +162,14 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	s.read(w, r, func(m store.LockReader) any {
+	s.read(w, r, watchKey{key: prefix, prefix: true}, func(m store.LockReader) (any, uint64) {
 		locks, truncated := m.List(prefix, limit)
 		views := make([]api.Lock, len(locks))
 		for i, l := range locks {
 			views[i] = viewOf(l)
 		}
-		return api.LockList{Locks: views, Truncated: truncated}
+		idx := m.PrefixIndex(prefix)
+		return api.LockList{Locks: views, Truncated: truncated, Index: idx}, idx
 	})
 }
 
@@ -189,9 +195,102 @@ func query(r *http.Request) (url.Values, error) {
 	return q, nil
 }
 
+// watchKey is what a blocking read waits on: one lock, or every lock under
+// a prefix.
+type watchKey struct {
+	key    string
+	prefix bool
+}
+
+// indexOf is the index a blocking read on k compares with its ?index=.
+func (k watchKey) indexOf(m store.LockReader) uint64 {
+	if k.prefix {
+		return m.PrefixIndex(k.key)
+	}
+	return m.Index(k.key)
+}
+
+// Watcher is what a Store implements to wake parked blocking reads
+// (raftnode.Node): Watch returns a channel closed when this node applies an
+// entry that changes lock key (with prefix, any lock under key) or restores
+// a snapshot; cancel releases it. A Store without it has blocking reads
+// poll its state every watchPoll.
+type Watcher interface {
+	Watch(key string, prefix bool) (<-chan struct{}, func())
+}
+
+const watchPoll = 50 * time.Millisecond
+
+// blocking parses ?index=N&wait_ms=M: ok is false when there is no index
+// (a plain read). wait_ms defaults to api.DefaultBlockWaitMs.
+func blocking(q url.Values) (after uint64, wait time.Duration, ok bool, err error) {
+	v := q.Get("index")
+	if v == "" {
+		if q.Get("wait_ms") != "" {
+			return 0, 0, false, badRequest("wait_ms: only with index")
+		}
+		return 0, 0, false, nil
+	}
+	after, perr := strconv.ParseUint(v, 10, 64)
+	if perr != nil {
+		return 0, 0, false, badRequest("index: must be a non-negative integer")
+	}
+	ms := int64(api.DefaultBlockWaitMs)
+	if v := q.Get("wait_ms"); v != "" {
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || n < 0 || n > api.MaxWaitMs {
+			return 0, 0, false, badRequest("wait_ms: must be an integer between 0 and %d", api.MaxWaitMs)
+		}
+		ms = n
+	}
+	return after, time.Duration(ms) * time.Millisecond, true, nil
+}
+
+// park waits, on this node, until its own state shows k's index above
+// after, or wait runs out, or the client goes. Woken by this node's applies
+// (Watcher), it re-checks its own state, since a wake-up may concern
+// entries at or below after (a follower catching up). It decides nothing:
+// the caller then reads as usual (linearizably unless stale), so parking on
+// a follower costs the leader nothing until the answer.
+func (s *Server) park(ctx context.Context, k watchKey, after uint64, wait time.Duration) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	wt, _ := s.store.(Watcher)
+	for {
+		var woken <-chan struct{}
+		cancel := func() {}
+		if wt != nil {
+			woken, cancel = wt.Watch(k.key, k.prefix) // before the check: no change slips between
+		}
+		m, err := s.store.Read(ctx, true)
+		if err != nil || k.indexOf(m) > after {
+			cancel()
+			return // an error is the read's to answer
+		}
+		var poll <-chan time.Time
+		if wt == nil {
+			poll = time.After(watchPoll)
+		}
+		select {
+		case <-woken:
+		case <-poll:
+		case <-timer.C:
+			cancel()
+			return
+		case <-ctx.Done():
+			cancel()
+			return
+		}
+		cancel()
+	}
+}
+
 // read answers from this node's state when ?stale=true, else linearizably
-// from the leader.
-func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(store.LockReader) any) {
+// from the leader. With ?index=N it is a blocking read: it first parks on
+// this node until k's index passes N or wait_ms runs out (park). A read
+// forwarded by another node does not park again: that node did. Every
+// answer carries the index in X-Raftlock-Index.
+func (s *Server) read(w http.ResponseWriter, r *http.Request, k watchKey, view func(store.LockReader) (any, uint64)) {
 	q, err := query(r)
 	if err != nil {
 		writeError(w, err)
@@ -206,6 +305,17 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(store.Lo
 		}
 		stale = b
 	}
+	after, wait, block, err := blocking(q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if block && r.Header.Get(api.HeaderForwardedBy) == "" {
+		s.park(r.Context(), k, after, wait)
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+	}
 	s.onLeader(w, r, nil, func(ctx context.Context) (int, any, error) {
 		m, err := s.store.Read(ctx, stale)
 		if unknownOutcome(err) {
@@ -215,7 +325,9 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, view func(store.Lo
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, view(m), nil
+		body, idx := view(m)
+		w.Header().Set(api.HeaderIndex, strconv.FormatUint(idx, 10))
+		return http.StatusOK, body, nil
 	})
 }
 

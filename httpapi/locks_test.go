@@ -97,9 +97,10 @@ func TestAcquireHeldDuringLockDelay(t *testing.T) {
 	rec = do(t, s, http.MethodPost, "/v1/locks/renew", `{"name":"a","lease_id":"`+leaseA+`"}`)
 	wantError(t, rec, http.StatusConflict, api.CodeNotHolder, `"a"`)
 
-	// Nor does a read show the lock as held.
+	// Nor does a read show the lock as held: it is free since the entry
+	// that expired it (2).
 	rec = do(t, s, http.MethodGet, "/v1/locks/a", "")
-	wantJSON(t, rec, http.StatusOK, `{"name":"a","held":false}`)
+	wantJSON(t, rec, http.StatusOK, `{"name":"a","held":false,"index":2}`)
 
 	f.advance(4999 * time.Millisecond)
 	rec = do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"a","owner":"worker-b","ttl_ms":1000,"lease_id":"`+leaseB+`"}`)
@@ -214,7 +215,7 @@ func TestGetLock(t *testing.T) {
 	f := newLeader("n1")
 	s := newServer(f)
 	a := mustAcquire(t, s, `{"name":"orders/89041","owner":"worker-a","ttl_ms":10000,"lease_id":"`+leaseA+`"}`)
-	held := fmt.Sprintf(`{"name":"orders/89041","held":true,"owner":"worker-a","fencing_token":%d,"ttl_ms":10000}`, a.FencingToken)
+	held := fmt.Sprintf(`{"name":"orders/89041","held":true,"owner":"worker-a","fencing_token":%d,"ttl_ms":10000,"index":%[1]d}`, a.FencingToken)
 
 	for _, target := range []string{
 		"/v1/locks/orders%2F89041",
@@ -232,14 +233,14 @@ func TestGetLock(t *testing.T) {
 	}
 
 	rec := do(t, s, http.MethodGet, "/v1/locks/orders%2F89042", "")
-	wantJSON(t, rec, http.StatusOK, `{"name":"orders/89042","held":false}`)
+	wantJSON(t, rec, http.StatusOK, `{"name":"orders/89042","held":false,"index":0}`)
 
 	// Names that need escaping come back as they were taken.
 	for _, name := range []string{"a b", "été/✓", "50%", "q?x=1#frag", "a+b", "../x", "a//b"} {
 		t.Run(name, func(t *testing.T) {
 			l := mustAcquire(t, s, fmt.Sprintf(`{"name":%q,"owner":"w","ttl_ms":1000}`, name))
 			rec := do(t, s, http.MethodGet, "/v1/locks/"+url.PathEscape(name), "")
-			wantJSON(t, rec, http.StatusOK, fmt.Sprintf(`{"name":%q,"held":true,"owner":"w","fencing_token":%d,"ttl_ms":1000}`, name, l.FencingToken))
+			wantJSON(t, rec, http.StatusOK, fmt.Sprintf(`{"name":%q,"held":true,"owner":"w","fencing_token":%d,"ttl_ms":1000,"index":%[2]d}`, name, l.FencingToken))
 		})
 	}
 }
@@ -253,7 +254,7 @@ func TestGetLockStale(t *testing.T) {
 	}{{"", false}, {"?stale=false", false}, {"?stale=true", true}, {"?stale=1", true}} {
 		f.stales = nil
 		rec := do(t, s, http.MethodGet, "/v1/locks/a"+tc.query, "")
-		wantJSON(t, rec, http.StatusOK, `{"name":"a","held":false}`)
+		wantJSON(t, rec, http.StatusOK, `{"name":"a","held":false,"index":0}`)
 		if len(f.stales) != 1 || f.stales[0] != tc.stale {
 			t.Errorf("%q: store read with stale=%v, want [%v]", tc.query, f.stales, tc.stale)
 		}
@@ -293,7 +294,7 @@ func TestListLocks(t *testing.T) {
 	f := newLeader("n1")
 	s := newServer(f)
 
-	wantJSON(t, do(t, s, http.MethodGet, "/v1/locks", ""), http.StatusOK, `{"locks":[],"truncated":false}`)
+	wantJSON(t, do(t, s, http.MethodGet, "/v1/locks", ""), http.StatusOK, `{"locks":[],"truncated":false,"index":0}`)
 
 	tokens := map[string]uint64{}
 	for _, name := range []string{"b", "a/2", "c", "a/1", "ab"} {
@@ -305,14 +306,21 @@ func TestListLocks(t *testing.T) {
 	wantJSON(t, do(t, s, http.MethodPost, "/v1/locks/release", `{"name":"a/3","lease_id":"`+leaseB+`"}`), http.StatusOK, `{"released":true}`)
 
 	item := func(name string) string {
-		return fmt.Sprintf(`{"name":%q,"held":true,"owner":"o-%s","fencing_token":%d,"ttl_ms":1000}`, name, name, tokens[name])
+		return fmt.Sprintf(`{"name":%q,"held":true,"owner":"o-%s","fencing_token":%d,"ttl_ms":1000,"index":%[3]d}`, name, name, tokens[name])
 	}
+	// The index is the highest under the prefix, held or not: a/3's
+	// release (entry 7) counts under "" and "a".
 	list := func(truncated bool, names ...string) string {
 		items := make([]string, len(names))
+		var idx uint64
 		for i, n := range names {
 			items[i] = item(n)
+			idx = max(idx, tokens[n])
 		}
-		return fmt.Sprintf(`{"locks":[%s],"truncated":%v}`, strings.Join(items, ","), truncated)
+		if len(names) > 0 && strings.HasPrefix(names[0], "a") {
+			idx = 7
+		}
+		return fmt.Sprintf(`{"locks":[%s],"truncated":%v,"index":%d}`, strings.Join(items, ","), truncated, idx)
 	}
 	cases := []struct {
 		query string
@@ -349,10 +357,10 @@ func TestGetPathIsLiteral(t *testing.T) {
 	mustAcquire(t, s, `{"name":"p/q","owner":"w","ttl_ms":1000}`)
 	for _, name := range []string{"p//q", "p/./q", "p/../q", "/p/q", "p/q/"} {
 		rec := do(t, s, http.MethodGet, "/v1/locks/"+name, "")
-		wantJSON(t, rec, http.StatusOK, `{"name":"`+name+`","held":false}`)
+		wantJSON(t, rec, http.StatusOK, `{"name":"`+name+`","held":false,"index":0}`)
 	}
 	rec := do(t, s, http.MethodGet, "/v1/locks/p/q", "")
-	wantJSON(t, rec, http.StatusOK, `{"name":"p/q","held":true,"owner":"w","fencing_token":1,"ttl_ms":1000}`)
+	wantJSON(t, rec, http.StatusOK, `{"name":"p/q","held":true,"owner":"w","fencing_token":1,"ttl_ms":1000,"index":1}`)
 }
 
 // A query parameter that cannot be unescaped is refused, never dropped
@@ -376,5 +384,5 @@ func TestBadQueryEscapes(t *testing.T) {
 		})
 	}
 	rec := do(t, newServer(newLeader("n1")), http.MethodGet, "/v1/locks?prefix=a%2Fb&limit=2&stale=false", "")
-	wantJSON(t, rec, http.StatusOK, `{"locks":[],"truncated":false}`)
+	wantJSON(t, rec, http.StatusOK, `{"locks":[],"truncated":false,"index":0}`)
 }

@@ -39,6 +39,9 @@ func (r *acquireRequest) validate() error {
 	if len(r.Owner) > api.MaxOwner || !utf8.ValidString(r.Owner) {
 		return badRequest("owner: must be at most %d bytes of UTF-8", api.MaxOwner)
 	}
+	if err := validValue(r.Value); err != nil {
+		return err
+	}
 	if r.TTLMs == nil {
 		return badRequest("ttl_ms: required")
 	}
@@ -54,6 +57,14 @@ func (r *acquireRequest) validate() error {
 		return err
 	}
 	return inRange("lock_delay_ms", r.LockDelayMs, 0, api.MaxLockDelayMs)
+}
+
+// validValue checks a lock's value: UTF-8, at most api.MaxValue bytes.
+func validValue(v string) error {
+	if len(v) > api.MaxValue || !utf8.ValidString(v) {
+		return badRequest("value: must be at most %d bytes of UTF-8", api.MaxValue)
+	}
+	return nil
 }
 
 func (r *renewRequest) validate() error {
