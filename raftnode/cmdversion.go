@@ -23,10 +23,11 @@ import (
 // "Command versions".
 
 // cmdFormat is what a survey found: in term, with the configuration at
-// configIndex, the leader may write version.
+// member set configKey, the leader may write version.
 type cmdFormat struct {
-	term, configIndex uint64
-	version           uint8
+	term      uint64
+	configKey string
+	version   uint8
 }
 
 // CommandVersion is the command format this node writes now: the surveyed
@@ -46,9 +47,9 @@ func (n *Node) commandVersionIn(term uint64) uint8 {
 // needFormatSurvey says whether the members' formats must be (re)surveyed:
 // none yet in this term or for this configuration, or some member did not
 // report the highest format last time.
-func (n *Node) needFormatSurvey(term, configIndex uint64) bool {
+func (n *Node) needFormatSurvey(term uint64, config string) bool {
 	f := n.cmdFormat.Load()
-	return f == nil || f.term != term || f.configIndex != configIndex || f.version < fsm.MaxCommandVersion
+	return f == nil || f.term != term || f.configKey != config || f.version < fsm.MaxCommandVersion
 }
 
 // formatFor is the highest command format every member in members reads,
@@ -80,16 +81,32 @@ func formatFor(members []raft.Server, reports map[raft.ServerID]report) (uint8, 
 }
 
 // recordFormat publishes the format a survey of term, with the
-// configuration at configIndex, allows, and logs when what this leader
+// configuration configKey, allows, and logs when what this leader
 // writes changes.
-func (n *Node) recordFormat(term, configIndex uint64, members []raft.Server, reports map[raft.ServerID]report) {
+func (n *Node) recordFormat(term uint64, config string, members []raft.Server, reports map[raft.ServerID]report) {
 	v, why := formatFor(members, reports)
 	was := n.commandVersionIn(term)
-	prev := n.cmdFormat.Swap(&cmdFormat{term: term, configIndex: configIndex, version: v})
+	prev := n.cmdFormat.Swap(&cmdFormat{term: term, configKey: config, version: v})
 	switch {
 	case v != was:
 		n.log.Info("command format for new log entries changed", "version", v, "was", was, "term", term, "members", len(members)+1, "held_back_by", why)
 	case v < fsm.MaxCommandVersion && (prev == nil || prev.term != term):
 		n.log.Info("writing an older command format: not every member reads the newest", "version", v, "newest", fsm.MaxCommandVersion, "term", term, "held_back_by", why)
 	}
+}
+
+// forgetFormat drops what the last survey allowed: until the next survey
+// hears every member, the leader writes the oldest format.
+func (n *Node) forgetFormat() { n.cmdFormat.Store(nil) }
+
+// configKey identifies a configuration by its servers (hashicorp/raft
+// v1.7.3's GetConfiguration reports no index), so a survey's verdict holds
+// only for the member set it heard.
+func configKey(servers []raft.Server) string {
+	ids := make([]string, len(servers))
+	for i, s := range servers {
+		ids[i] = fmt.Sprintf("%s@%s/%v", s.ID, s.Address, s.Suffrage)
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ",")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -68,7 +67,7 @@ func (n *Node) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
 	if err := ValidateMember(id, raftAddr, httpAddr); err != nil {
 		return err
 	}
-	return retryMoved(ctx, func() error { return n.join(ctx, id, raftAddr, httpAddr) })
+	return n.join(ctx, id, raftAddr, httpAddr)
 }
 
 func (n *Node) join(ctx context.Context, id, raftAddr, httpAddr string) error {
@@ -76,6 +75,8 @@ func (n *Node) join(ctx context.Context, id, raftAddr, httpAddr string) error {
 	if !n.IsLeader() {
 		return ErrNotLeader
 	}
+	n.configMu.Lock()
+	defer n.configMu.Unlock()
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return raftError("get configuration", err)
@@ -92,7 +93,6 @@ func (n *Node) join(ctx context.Context, id, raftAddr, httpAddr string) error {
 			stale = append(stale, srv)
 		}
 	}
-	prev := f.Index() // each change is refused if the configuration moved since it was checked
 	var live map[raft.ServerID]report
 	if len(stale) > 0 {
 		live = n.survey(ctx, others(stale, raft.ServerID(n.cfg.ID), func(raft.Server) bool { return true }))
@@ -107,14 +107,15 @@ func (n *Node) join(ctx context.Context, id, raftAddr, httpAddr string) error {
 			return err
 		}
 		n.log.Info("replacing member", "id", srv.ID, "raft_addr", srv.Address)
-		fut := n.raft.RemoveServer(srv.ID, prev, n.cfg.ApplyTimeout)
-		if err := fut.Error(); err != nil {
+		if err := n.raft.RemoveServer(srv.ID, 0, n.cfg.ApplyTimeout).Error(); err != nil {
 			return raftError("remove "+string(srv.ID), err)
 		}
-		prev = fut.Index()
 		servers = others(servers, srv.ID, func(raft.Server) bool { return true })
 	}
 	if !member {
+		// Until a survey has heard the newcomer, write only the oldest
+		// command format: it may be an older build.
+		n.forgetFormat()
 		n.log.Info("adding non-voter; it becomes a voter once caught up", "id", id, "raft_addr", raftAddr)
 		if err := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 			return raftError("add non-voter "+id, err)
@@ -130,29 +131,17 @@ func (n *Node) join(ctx context.Context, id, raftAddr, httpAddr string) error {
 
 // Leave removes a member. Removing a voter is refused (ErrUnsafeChange)
 // when the voters left would not hold a healthy quorum: the cluster could
-// elect no leader afterwards. Its address is forgotten first, while this
-// node surely still leads (removing itself ends its leadership).
+// elect no leader afterwards. Membership changes run one at a time
+// (configMu), so two removals cannot each pass the check against the same
+// configuration and together break the quorum. The member's HTTP address
+// is forgotten only once it is out: a refused removal changes nothing.
 func (n *Node) Leave(ctx context.Context, id string) error {
-	return retryMoved(ctx, func() error { return n.leave(ctx, id) })
-}
-
-// retryMoved runs change again, a few times, while it fails because the
-// configuration moved between its check and its change (a promotion ran in
-// between): the check must then be made again against the new one.
-func retryMoved(ctx context.Context, change func() error) error {
-	for attempt := 1; ; attempt++ {
-		err := change()
-		if err == nil || attempt == 5 || ctx.Err() != nil || !strings.Contains(err.Error(), "configuration changed since") {
-			return err
-		}
-	}
-}
-
-func (n *Node) leave(ctx context.Context, id string) error {
 	term := n.raft.CurrentTerm()
 	if !n.IsLeader() {
 		return ErrNotLeader
 	}
+	n.configMu.Lock()
+	defer n.configMu.Unlock()
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return raftError("get configuration", err)
@@ -168,12 +157,17 @@ func (n *Node) leave(ctx context.Context, id string) error {
 	if err := n.checkRemoval(ctx, term, servers, raft.ServerID(id)); err != nil {
 		return err
 	}
-	if _, err := n.apply(fsm.Command{Op: fsm.OpRemoveNode, NodeID: id}); err != nil {
-		return err
-	}
 	n.log.Info("removing member", "id", id)
-	// f.Index(): refused if the configuration changed since the check.
-	return raftError("remove "+id, n.raft.RemoveServer(raft.ServerID(id), f.Index(), n.cfg.ApplyTimeout).Error())
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return raftError("remove "+id, err)
+	}
+	if id == n.cfg.ID {
+		return nil // no longer leading: its stale address names no member and is never used
+	}
+	if _, err := n.apply(fsm.Command{Op: fsm.OpRemoveNode, NodeID: id}); err != nil {
+		n.log.Warn("member removed, but forgetting its address failed", "id", id, "error", err)
+	}
+	return nil
 }
 
 // TransferLeadership hands leadership to id, or to the most up-to-date voter

@@ -42,6 +42,12 @@ type Node struct {
 	readyTerm atomic.Uint64
 	// cmdFormat: the command format the leader may write (cmdversion.go).
 	cmdFormat atomic.Pointer[cmdFormat]
+	// configMu serializes membership changes on the leader: each one checks
+	// the configuration (quorum health, promotion) and then changes it, and
+	// two checks of the same configuration must not both pass. Raft's own
+	// prevIndex guard cannot do it here: GetConfiguration's Index() is 0 in
+	// hashicorp/raft v1.7.3.
+	configMu sync.Mutex
 	// startIndex is the last log index found on disk at start; see Ready.
 	startIndex uint64
 	observers  []Observer

@@ -205,6 +205,8 @@ func (n *Node) promoteRound(ctx context.Context) {
 	if !n.IsLeader() || n.readyTerm.Load() != term {
 		return // not ready yet (or no longer leading: ctx ends soon)
 	}
+	n.configMu.Lock() // the survey decides a change: no other change meanwhile
+	defer n.configMu.Unlock()
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -212,7 +214,7 @@ func (n *Node) promoteRound(ctx context.Context) {
 	servers := f.Configuration().Servers
 	self := raft.ServerID(n.cfg.ID)
 	promote := len(others(servers, self, func(s raft.Server) bool { return s.Suffrage != raft.Voter })) > 0
-	format := n.needFormatSurvey(term, f.Index())
+	format := n.needFormatSurvey(term, configKey(servers))
 	if !promote && !format {
 		return
 	}
@@ -222,7 +224,7 @@ func (n *Node) promoteRound(ctx context.Context) {
 		return // leadership ended during the survey; a failed fetch says nothing
 	}
 	// The same survey tells which command formats every member reads.
-	n.recordFormat(term, f.Index(), members, reports)
+	n.recordFormat(term, configKey(servers), members, reports)
 	if !promote {
 		return
 	}
@@ -231,8 +233,7 @@ func (n *Node) promoteRound(ctx context.Context) {
 		return
 	}
 	n.log.Info("promoting non-voter to voter", "id", s.ID, "raft_addr", s.Address, "last_index", reports[s.ID].p.LastIndex)
-	// f.Index(): refused if the configuration changed since the survey.
-	if err := n.raft.AddVoter(s.ID, s.Address, f.Index(), n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := n.raft.AddVoter(s.ID, s.Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		n.log.Warn("promotion failed", "id", s.ID, "error", err)
 	}
 }
