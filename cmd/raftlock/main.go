@@ -33,6 +33,9 @@ Usage:
   raftlock get [--stale] NAME           who holds a lock
   raftlock list [PREFIX]                held locks
   raftlock exec [flags] NAME -- CMD...  run CMD while holding the lock, then release it
+  raftlock elect [flags] --value V NAME -- CMD...  run CMD only while leading election NAME
+  raftlock leader NAME                  the value the leader of NAME published (exit 3: nobody leads)
+  raftlock watch [--prefix] NAME        print a lock's state at each change until interrupted
   raftlock cluster status|join|leave|transfer
   raftlock health [--live]              exit 0 if the node is ready (container healthchecks)
   raftlock bench [flags]                load-test the cluster: cycles/s, latency, safety slips
@@ -51,7 +54,7 @@ Exit codes:
   0  success
   1  any other error
   2  usage: bad flags or arguments (also a request the server rejects as bad_request)
-  3  held: another lease holds the lock
+  3  held: another lease holds the lock; leader: nobody leads
   4  not holder: the lease does not hold the lock (expired, released);
      exec: the lease was lost while the command ran, and the command was stopped
   5  unavailable: no leader, overloaded, or no node answered within --timeout;
@@ -77,6 +80,9 @@ var commands = map[string]command{
 	"get":     getCmd,
 	"list":    listCmd,
 	"exec":    execCmd,
+	"elect":   electCmd,
+	"leader":  leaderCmd,
+	"watch":   watchCmd,
 	"cluster": clusterCmd,
 	"health":  healthCmd,
 	"bench":   benchCmd,
