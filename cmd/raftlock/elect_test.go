@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/raftlock/raftlock/client"
+	"github.com/raftlock/raftlock/internal/clustertest"
+)
+
+// startElect runs raftlock elect in-process in the background, like
+// startExec.
+func startElect(t *testing.T, extra env, args ...string) *execRun {
+	t.Helper()
+	r := &execRun{sigs: make(chan os.Signal, 1), done: make(chan int, 1)}
+	environ := append(env(os.Environ()), extra...)
+	go func() { r.done <- runElect(args, nil, &r.stdout, &r.stderr, environ, r.sigs) }()
+	return r
+}
+
+// leaderScript marks that $WHO runs the command (with its pid, the group
+// to kill) and waits for $DIR/$WHO.go.
+const leaderScript = `echo $$ > "$DIR/$WHO.tmp" && mv "$DIR/$WHO.tmp" "$DIR/$WHO.run"; while [ ! -e "$DIR/$WHO.go" ]; do sleep 0.02; done`
+
+// firstRunning waits for one of whos to run the command and returns it.
+func firstRunning(t *testing.T, dir string, whos ...string) string {
+	t.Helper()
+	var got string
+	clustertest.WaitFor(t, 30*time.Second, "a leader runs the command", func() bool {
+		for _, w := range whos {
+			if _, err := os.Stat(filepath.Join(dir, w+".run")); err == nil {
+				got = w
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+func TestElect(t *testing.T) {
+	cl := clustertest.Start(t, 3)
+	base := endpointsEnv(cl.Endpoints())
+	c, err := client.New(cl.Endpoints(), client.WithRequestTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := clustertest.Context(t, 2*time.Minute)
+
+	t.Run("one leader runs the command at a time", func(t *testing.T) {
+		dir := t.TempDir()
+		runs := map[string]*execRun{}
+		for _, who := range []string{"a", "b"} {
+			runs[who] = startElect(t, append(base, "DIR="+dir, "WHO="+who), "--ttl", "2s", "--owner", who, "svc/one", "--", "sh", "-c", leaderScript)
+		}
+		first := firstRunning(t, dir, "a", "b")
+		second := map[string]string{"a": "b", "b": "a"}[first]
+		st, err := client.NewElection(c, "svc/one", client.ElectionOptions{}).Leader(ctx)
+		if err != nil || st.Owner != first {
+			t.Fatalf("leader %+v, %v; want %s", st, err, first)
+		}
+		// The second candidate waits in the queue: it must not run the
+		// command while the first leads.
+		if _, err := os.Stat(filepath.Join(dir, second+".run")); err == nil {
+			t.Fatalf("%s runs the command while %s leads", second, first)
+		}
+		os.WriteFile(filepath.Join(dir, first+".go"), nil, 0o644)
+		if code := runs[first].wait(t, 15*time.Second); code != 0 {
+			t.Fatalf("first leader exited %d", code)
+		}
+		// Only now may the second run it: the first has released.
+		waitFile(t, filepath.Join(dir, second+".run"))
+		os.WriteFile(filepath.Join(dir, second+".go"), nil, 0o644)
+		if code := runs[second].wait(t, 15*time.Second); code != 0 {
+			t.Fatalf("second leader exited %d", code)
+		}
+		if _, err := client.NewElection(c, "svc/one", client.ElectionOptions{}).Leader(ctx); err == nil {
+			t.Fatal("still led after both ended")
+		}
+	})
+
+	t.Run("interrupted while campaigning: command never runs", func(t *testing.T) {
+		dir := t.TempDir()
+		lease, err := c.TryAcquire(ctx, "svc/busy", client.AcquireOptions{TTL: 30 * time.Second, Owner: "other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lease.Release(ctx)
+		r := startElect(t, append(base, "DIR="+dir, "WHO=x"), "svc/busy", "--", "sh", "-c", leaderScript)
+		// Whether the signal comes before or while the campaign waits, it
+		// must stop it without running the command.
+		r.sigs <- syscall.SIGINT
+		if code := r.wait(t, 15*time.Second); code != 128+int(syscall.SIGINT) {
+			t.Errorf("exit %d, want %d", code, 128+int(syscall.SIGINT))
+		}
+		if _, err := os.Stat(filepath.Join(dir, "x.run")); err == nil {
+			t.Error("the command ran although another lease leads")
+		}
+	})
+
+	t.Run("kill -9 of the leader: the other leads within TTL + 2s", func(t *testing.T) {
+		const ttl = 2 * time.Second
+		dir := t.TempDir()
+		procs := map[string]*exec.Cmd{}
+		var errs = map[string]*bytes.Buffer{}
+		for _, who := range []string{"a", "b"} {
+			cmd := exec.Command(os.Args[0], "elect", "--ttl", ttl.String(), "--owner", who, "svc/kill", "--", "sh", "-c", leaderScript)
+			cmd.Env = append(os.Environ(), append(base, "RAFTLOCK_TEST_AS_MAIN=1", "DIR="+dir, "WHO="+who)...)
+			errs[who] = &bytes.Buffer{}
+			cmd.Stderr = errs[who]
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			procs[who] = cmd
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		}
+		first := firstRunning(t, dir, "a", "b")
+		second := map[string]string{"a": "b", "b": "a"}[first]
+		pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(dir, first+".run"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The leader's machine dies: raftlock elect and its command with it
+		// (the command's group, since it outlives a SIGKILLed parent).
+		procs[first].Process.Kill()
+		killed := time.Now()
+		syscall.Kill(-pid, syscall.SIGKILL)
+		procs[first].Wait()
+		waitFile(t, filepath.Join(dir, second+".run"))
+		took := time.Since(killed)
+		t.Logf("the second candidate ran the command %v after the leader was killed (TTL %v)", took, ttl)
+		if took > ttl+2*time.Second {
+			t.Errorf("took %v, want within TTL + 2s = %v", took, ttl+2*time.Second)
+		}
+		os.WriteFile(filepath.Join(dir, second+".go"), nil, 0o644)
+		if err := procs[second].Wait(); err != nil {
+			t.Errorf("second leader: %v; stderr %s", err, errs[second])
+		}
+	})
+}
