@@ -20,6 +20,8 @@ type raftFSM struct {
 	// applied is called after every command entry, on Raft's FSM goroutine;
 	// it must not block.
 	applied func(index uint64, op fsm.Op, r fsm.Result)
+	// restored is called after a snapshot replaced the machine's state.
+	restored func()
 	// integrity holds state hashes at marked entries; see integrity.go.
 	integrity integrity
 }
@@ -83,6 +85,9 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	f.last.Store(f.m.Clock().Index)
+	if f.restored != nil {
+		f.restored()
+	}
 	return nil
 }
 

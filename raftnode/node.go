@@ -52,6 +52,7 @@ type Node struct {
 	startIndex uint64
 	observers  []Observer
 	waiters    *waitQueue
+	watches    *watchHub // parked blocking reads (watch.go)
 	metrics    *nodeMetrics
 	pending    chan struct{} // admission slots for client writes; see applyAdmitted
 
@@ -95,6 +96,7 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 	}
 	n.metrics = newNodeMetrics(n)
 	n.waiters = newWaitQueue(n.apply, n.machine.Get, cfg.MaxWaitersPerLock, cfg.MaxWaiters)
+	n.watches = newWatchHub()
 	if err := n.open(); err != nil {
 		n.closeStores()
 		return nil, err
@@ -182,7 +184,7 @@ func (n *Node) open() error {
 	// Above the cache: it flattens the store's error into a string.
 	// keepMonotonic: the guard hides the WAL's IsMonotonic, which raft needs.
 	logs := keepMonotonic(logStore, guardedLogs{LogStore: cache, log: n.log})
-	n.fsm = &raftFSM{m: n.machine, applied: n.onApplied}
+	n.fsm = &raftFSM{m: n.machine, applied: n.onApplied, restored: n.watches.wakeAll}
 	n.fsm.integrity.log.Store(&n.log) // before raft replays the log
 	n.logs = logs
 	n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, snaps, n.transport)
@@ -217,6 +219,7 @@ func (n *Node) onApplied(index uint64, op fsm.Op, r fsm.Result) {
 	}
 	n.metrics.applied(op, r)
 	n.waiters.freed(r.Freed)
+	n.watches.wake(r.Changed)
 	for _, o := range n.observers {
 		o(index, op, r)
 	}

@@ -1,0 +1,194 @@
+package raftnode_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	rlapi "github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/raftnode"
+)
+
+// watchAnswer is one blocking read's answer.
+type watchAnswer struct {
+	status int
+	node   string // X-Raftlock-Node: who answered
+	index  uint64 // X-Raftlock-Index
+	body   map[string]any
+	err    error
+}
+
+// watch sends a blocking read in the background.
+func watch(url string) <-chan watchAnswer {
+	out := make(chan watchAnswer, 1)
+	go func() {
+		resp, err := http.Get(url)
+		if err != nil {
+			out <- watchAnswer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		a := watchAnswer{status: resp.StatusCode, node: resp.Header.Get(rlapi.HeaderNode), body: map[string]any{}}
+		a.index, a.err = strconv.ParseUint(resp.Header.Get(rlapi.HeaderIndex), 10, 64)
+		if err := json.NewDecoder(resp.Body).Decode(&a.body); err != nil && a.err == nil {
+			a.err = err
+		}
+		out <- a
+	}()
+	return out
+}
+
+// watchDeadline is far below the reads' wait_ms (300 s): an answer within
+// it was woken, not timed out.
+const watchDeadline = 30 * time.Second
+
+func answered(t *testing.T, ch <-chan watchAnswer, what string) watchAnswer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		if a.err != nil || a.status != http.StatusOK {
+			t.Fatalf("%s: %d %v %v", what, a.status, a.body, a.err)
+		}
+		return a
+	case <-time.After(watchDeadline):
+		t.Fatalf("%s: no answer within %v", what, watchDeadline)
+		return watchAnswer{}
+	}
+}
+
+// parked waits until n has at least k blocking reads parked.
+func parked(t *testing.T, n *clustertest.Node, k int) {
+	t.Helper()
+	clustertest.WaitFor(t, watchDeadline, fmt.Sprintf("%d reads to park on %s", k, n.ID), func() bool {
+		return raftnode.ParkedWatches(n.Node) >= k
+	})
+}
+
+func lockURL(n *clustertest.Node, name string, index uint64, query string) string {
+	return fmt.Sprintf("%s/v1/locks/%s?index=%d&wait_ms=300000%s", n.URL(), name, index, query)
+}
+
+// A stale blocking read parked on a follower is woken by the follower's own
+// apply and answered by the follower; a linearizable one parked on another
+// follower is woken the same way and answered through the leader. A read
+// with an older index answers at once, one with the current index after its
+// wait with the same state.
+func TestBlockingReadsOnFollowers(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	f := c.Followers()
+	staleCh := watch(lockURL(f[0], "w/a", 0, "&stale=true"))
+	linCh := watch(lockURL(f[1], "w/a", 0, ""))
+	parked(t, f[0], 1)
+	parked(t, f[1], 1)
+	st, body := acquire(t, c.Leader(), "w/a", "o", leaseA, 60_000)
+	if st != http.StatusOK {
+		t.Fatalf("acquire: %d %v", st, body)
+	}
+	grant := token(t, body)
+	stale := answered(t, staleCh, "stale read on a follower")
+	if stale.node != f[0].ID || stale.index != grant || stale.body["held"] != true {
+		t.Fatalf("stale read answered by %s, index %d, body %v; want %s, %d, held", stale.node, stale.index, stale.body, f[0].ID, grant)
+	}
+	lin := answered(t, linCh, "linearizable read on a follower")
+	if lin.index != grant || lin.body["held"] != true {
+		t.Fatalf("linearizable read: index %d body %v, want %d held", lin.index, lin.body, grant)
+	}
+
+	// Older index: at once (the wait is 300 s). Current index: after its wait.
+	old := answered(t, watch(lockURL(f[0], "w/a", grant-1, "")), "older index")
+	if old.index != grant {
+		t.Fatalf("older index: %d", old.index)
+	}
+	same := answered(t, watch(fmt.Sprintf("%s/v1/locks/w/a?index=%d&wait_ms=200", f[1].URL(), grant)), "current index")
+	if same.index != grant || same.body["held"] != true {
+		t.Fatalf("current index after its wait: %d %v", same.index, same.body)
+	}
+	if n := raftnode.ParkedWatches(f[1].Node); n != 0 {
+		t.Fatalf("%d watches left parked after the wait", n)
+	}
+}
+
+// A prefix watch answers when a lock under it changes, not before, with
+// the highest index under the prefix.
+func TestPrefixBlockingRead(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	f := c.Followers()[0]
+	ch := watch(f.URL() + "/v1/locks?prefix=jobs/&index=0&wait_ms=300000&stale=true")
+	parked(t, f, 1)
+	if st, body := acquire(t, c.Leader(), "other", "o", leaseA, 60_000); st != http.StatusOK {
+		t.Fatalf("acquire: %d %v", st, body)
+	}
+	st, body := acquire(t, c.Leader(), "jobs/1", "o", leaseB, 60_000)
+	if st != http.StatusOK {
+		t.Fatalf("acquire: %d %v", st, body)
+	}
+	a := answered(t, ch, "prefix watch")
+	locks, _ := a.body["locks"].([]any)
+	if a.index != token(t, body) || len(locks) != 1 || uint64(a.body["index"].(float64)) != a.index {
+		t.Fatalf("prefix watch: index %d body %v, want %d and jobs/1 only", a.index, a.body, token(t, body))
+	}
+}
+
+// Issue 14's walk-through: successive blocking reads through a follower see
+// held → renewed with a new TTL → released → held by another lease after
+// the leader is killed, each with a higher index.
+func TestWatchAcrossLeaderKill(t *testing.T) {
+	c := clustertest.Start(t, 3)
+	watcher := c.Followers()[0]
+	var last uint64
+	next := func(what string, change func()) map[string]any {
+		t.Helper()
+		ch := watch(lockURL(watcher, "walk/a", last, ""))
+		parked(t, watcher, 1)
+		change()
+		a := answered(t, ch, what)
+		if a.index <= last {
+			t.Fatalf("%s: index %d, not above %d", what, a.index, last)
+		}
+		last = a.index
+		return a.body
+	}
+	b := next("grant", func() {
+		if st, body := acquire(t, c.Leader(), "walk/a", "first", leaseA, 60_000); st != http.StatusOK {
+			t.Fatalf("acquire: %d %v", st, body)
+		}
+	})
+	if b["held"] != true || b["owner"] != "first" {
+		t.Fatalf("after the grant: %v", b)
+	}
+	b = next("renew with a new TTL", func() {
+		if st, body := call(t, "POST", c.Leader().URL()+"/v1/locks/renew", map[string]any{"name": "walk/a", "lease_id": leaseA, "ttl_ms": 30_000}); st != http.StatusOK {
+			t.Fatalf("renew: %d %v", st, body)
+		}
+	})
+	if b["ttl_ms"] != float64(30_000) {
+		t.Fatalf("after the renew: %v", b)
+	}
+	b = next("release", func() {
+		if st, body := call(t, "POST", c.Leader().URL()+"/v1/locks/release", map[string]any{"name": "walk/a", "lease_id": leaseA}); st != http.StatusOK {
+			t.Fatalf("release: %d %v", st, body)
+		}
+	})
+	if b["held"] != false {
+		t.Fatalf("after the release: %v", b)
+	}
+	old := c.Leader()
+	if old == watcher {
+		t.Fatal("the watcher leads")
+	}
+	b = next("grant after a leader kill", func() {
+		old.Kill()
+		nl := c.WaitForNewLeader(old)
+		clustertest.WaitFor(t, watchDeadline, "the new leader to grant", func() bool {
+			st, _ := acquire(t, nl, "walk/a", "second", leaseB, 60_000)
+			return st == http.StatusOK
+		})
+	})
+	if b["held"] != true || b["owner"] != "second" {
+		t.Fatalf("after the new grant: %v", b)
+	}
+}
