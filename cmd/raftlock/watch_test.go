@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/client"
+	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
 // watchFake serves lock reads with indexes and blocking reads
@@ -179,4 +181,38 @@ func waitUntil(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestCLIWatchCluster: watch on a real cluster prints the free lock, its
+// holder and its release, then exits 0 on SIGINT.
+func TestCLIWatchCluster(t *testing.T) {
+	cl := clustertest.Start(t, 3)
+	c, err := client.New(cl.Endpoints(), client.WithRequestTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := clustertest.Context(t, time.Minute)
+	var stdout, stderr syncBuffer
+	sigs := make(chan os.Signal, 1)
+	done := make(chan int, 1)
+	go func() {
+		done <- runWatch([]string{"svc/watched"}, &stdout, &stderr, endpointsEnv(cl.Endpoints()), sigs)
+	}()
+	waitUntil(t, func() bool { return strings.Contains(stdout.String(), "svc/watched: free") })
+	lease, err := c.TryAcquire(ctx, "svc/watched", client.AcquireOptions{TTL: 30 * time.Second, Owner: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := `svc/watched: held by "w1", token ` + strconv.FormatUint(lease.Token(), 10)
+	waitUntil(t, func() bool { return strings.Contains(stdout.String(), held) })
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return strings.Count(stdout.String(), "svc/watched: free") == 2 })
+	sigs <- syscall.SIGINT
+	if code := <-done; code != exitOK {
+		t.Errorf("exit %d after SIGINT; stderr %q", code, stderr.String())
+	}
+	t.Logf("watch printed:\n%s", stdout.String())
 }
