@@ -106,6 +106,26 @@ func TestElect(t *testing.T) {
 		}
 	})
 
+	t.Run("lost leadership: SIGTERM to the command, exit 4", func(t *testing.T) {
+		dir := t.TempDir()
+		r := startElect(t, append(base, "DIR="+dir), "--ttl", "1500ms", "--kill-grace", "30s",
+			"svc/lost", "--", "sh", "-c", trapTerm+writeEnv+spin)
+		e := readEnv(waitFile(t, filepath.Join(dir, "env")))
+		if e["RAFTLOCK_LOCK"] != "svc/lost" || e["RAFTLOCK_FENCING_TOKEN"] == "" {
+			t.Errorf("child env: lock %q, token %q", e["RAFTLOCK_LOCK"], e["RAFTLOCK_FENCING_TOKEN"])
+		}
+		// An operator ends the leader's lease: its next renew is refused.
+		if out, err := c.ForceRelease(ctx, "svc/lost"); err != nil || !out.Ended {
+			t.Fatalf("force release: %+v, %v", out, err)
+		}
+		if code := r.wait(t, 15*time.Second); code != exitNotHolder {
+			t.Errorf("exit %d, want %d", code, exitNotHolder)
+		}
+		if got := waitFile(t, filepath.Join(dir, "term")); got != "TERM\n" {
+			t.Errorf("marker %q", got)
+		}
+	})
+
 	t.Run("kill -9 of the leader: the other leads within TTL + 2s", func(t *testing.T) {
 		const ttl = 2 * time.Second
 		dir := t.TempDir()
