@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
 	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 // These tests run real `raftlock serve` processes of a fault build (this
@@ -35,22 +35,11 @@ type faultCluster struct {
 }
 
 func startFaultCluster(t *testing.T) *faultCluster {
-	dir := t.TempDir()
-	ports := clustertest.FreePorts(t, 9)
+	pc := startCluster(t, procs.Options{Debug: true, Extra: []string{"--election-timeout", "500ms", "--heartbeat-timeout", "500ms"}})
 	c := &faultCluster{t: t, http: map[string]string{}, debug: map[string]string{}}
-	var peers []string
-	for i := 0; i < 3; i++ {
-		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[3+i]))
-	}
-	for i := 0; i < 3; i++ {
-		id := fmt.Sprintf("n%d", i+1)
-		c.http[id] = fmt.Sprintf("http://127.0.0.1:%d", ports[i])
-		c.debug[id] = fmt.Sprintf("http://127.0.0.1:%d", ports[6+i])
-		startServe(t, id, filepath.Join(dir, id+".log"), []string{"--id", id,
-			"--data-dir", filepath.Join(dir, id), "--http-addr", strings.TrimPrefix(c.http[id], "http://"),
-			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[3+i]), "--peers", strings.Join(peers, ","),
-			"--debug-addr", strings.TrimPrefix(c.debug[id], "http://"),
-			"--election-timeout", "500ms", "--heartbeat-timeout", "500ms"})
+	for _, n := range pc.Nodes {
+		c.http[n.ID] = n.URL()
+		c.debug[n.ID] = "http://" + n.DebugAddr
 	}
 	return c
 }

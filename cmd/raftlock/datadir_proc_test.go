@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 // singleNode is a one-node cluster of a real `raftlock serve` process whose
@@ -34,21 +35,21 @@ func newSingleNode(t *testing.T) *singleNode {
 }
 
 // start runs the node; it is stopped with SIGTERM when the test ends.
-func (s *singleNode) start(t *testing.T, extra ...string) *serveProc {
+func (s *singleNode) start(t *testing.T, extra ...string) *procs.Node {
 	s.runs++
 	return startServe(t, "n1", filepath.Join(s.dir, fmt.Sprintf("run%d.log", s.runs)), append(append([]string{}, s.args...), extra...))
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (s *singleNode) stop(t *testing.T, p *serveProc) {
+func (s *singleNode) stop(t *testing.T, p *procs.Node) {
 	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(15 * time.Second):
 		t.Fatal("the node did not exit within 15 s of SIGTERM")
 	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := p.ExitCode(); code != 0 {
 		t.Fatalf("exit %d after SIGTERM", code)
 	}
 }
@@ -59,12 +60,12 @@ func (s *singleNode) refused(t *testing.T, want ...string) {
 	t.Helper()
 	p := s.start(t)
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(15 * time.Second):
 		t.Fatal("the node started instead of refusing")
 	}
-	b, _ := os.ReadFile(p.log)
-	if code := p.cmd.ProcessState.ExitCode(); code != exitError {
+	b, _ := os.ReadFile(p.LogPath)
+	if code := p.ExitCode(); code != exitError {
 		t.Fatalf("exit %d, want %d (refusal, not a crash or a usage error); output:\n%s", code, exitError, b)
 	}
 	for _, w := range want {
@@ -130,7 +131,7 @@ func TestServeRefusesLostVoteRecord(t *testing.T) {
 		t.Fatalf("the snapshot's locks after the recovery start: exit %d %q", r.code, r.stdout)
 	}
 	s.stop(t, p)
-	if b, _ := os.ReadFile(p.log); !strings.Contains(string(b), "starting without a vote record") {
+	if b, _ := os.ReadFile(p.LogPath); !strings.Contains(string(b), "starting without a vote record") {
 		t.Errorf("no warning in the log:\n%s", b)
 	}
 }

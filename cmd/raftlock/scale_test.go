@@ -14,7 +14,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -24,12 +23,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 func scaleEnv(b *testing.B, key string, def int) int {
@@ -43,20 +41,12 @@ func scaleEnv(b *testing.B, key string, def int) int {
 	return def
 }
 
-// procNode is one `raftlock serve` process.
-type procNode struct {
-	id, httpAddr, raftAddr, dir, logPath string
-	args                                 []string
-	cmd                                  *exec.Cmd
-}
-
-func (n *procNode) url() string { return "http://" + n.httpAddr }
-
-// procCluster is three `raftlock serve` processes.
+// procCluster is three `raftlock serve` processes (procs.Cluster) that a
+// benchmark stops and restarts.
 type procCluster struct {
+	*procs.Cluster
 	b     *testing.B
-	bin   string
-	nodes []*procNode
+	nodes []*procs.Node
 }
 
 func startProcCluster(b *testing.B, extra ...string) *procCluster {
@@ -67,7 +57,6 @@ func startProcCluster(b *testing.B, extra ...string) *procCluster {
 			b.Fatalf("go build: %v\n%s", err, out)
 		}
 	}
-	c := &procCluster{b: b, bin: bin}
 	root := b.TempDir()
 	if keep := os.Getenv("RAFTLOCK_SCALE_KEEP"); keep != "" {
 		root = filepath.Join(keep, b.Name())
@@ -75,106 +64,47 @@ func startProcCluster(b *testing.B, extra ...string) *procCluster {
 			b.Fatal(err)
 		}
 	}
-	// Ports below the ephemeral range: a restarted node binds its own again.
-	ports := clustertest.FreePorts(b, 6)
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	var peers []string
-	for i := 1; i <= 3; i++ {
-		n := &procNode{id: fmt.Sprintf("n%d", i), httpAddr: addr(2*i - 2), raftAddr: addr(2*i - 1), dir: filepath.Join(root, fmt.Sprintf("n%d", i))}
-		n.logPath = n.dir + ".log"
-		peers = append(peers, n.id+"="+n.raftAddr)
-		c.nodes = append(c.nodes, n)
+	// A node with a million locks may take a while to stop cleanly.
+	pc, err := procs.Start(procs.Options{Bin: bin, Dir: root, Extra: extra, StopTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
 	}
-	for _, n := range c.nodes {
-		n.args = append([]string{"serve", "--id", n.id, "--data-dir", n.dir, "--http-addr", n.httpAddr,
-			"--raft-addr", n.raftAddr, "--peers", strings.Join(peers, ",")}, extra...)
-		c.start(n)
-	}
-	b.Cleanup(func() {
-		for _, n := range c.nodes {
-			c.stop(n)
-		}
-	})
-	c.leader(30 * time.Second)
-	return c
+	b.Cleanup(pc.Terminate)
+	return &procCluster{Cluster: pc, b: b, nodes: pc.Nodes}
 }
 
-func (c *procCluster) start(n *procNode) {
-	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+func (c *procCluster) start(n *procs.Node) {
+	if err := n.Start(); err != nil {
 		c.b.Fatal(err)
 	}
-	n.cmd = exec.Command(c.bin, n.args...)
-	n.cmd.Stdout, n.cmd.Stderr = f, f
-	if err := n.cmd.Start(); err != nil {
-		c.b.Fatal(err)
-	}
-	f.Close()
 }
 
 // stop sends SIGTERM and waits for the process to exit.
-func (c *procCluster) stop(n *procNode) {
-	if n.cmd == nil || n.cmd.Process == nil {
-		return
-	}
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = n.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = n.cmd.Process.Kill()
-		<-done
-	}
-	n.cmd = nil
-}
+func (c *procCluster) stop(n *procs.Node) { n.Terminate() }
 
-// leader waits until a node names a leader and returns it.
-func (c *procCluster) leader(timeout time.Duration) *procNode {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		for _, n := range c.nodes {
-			t := &httpTarget{hc: http.DefaultClient, endpoints: []string{n.url()}}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err := t.discover(ctx)
-			cancel()
-			if err != nil {
-				continue
-			}
-			for _, m := range c.nodes {
-				if m.url() == t.base() {
-					return m
-				}
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+// leader waits until the running nodes agree on a leader and returns it.
+func (c *procCluster) leader(timeout time.Duration) *procs.Node {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	l, err := c.WaitLeader(ctx)
+	if err != nil {
+		c.b.Fatal(err)
 	}
-	c.b.Fatal("no leader")
-	return nil
+	return l
 }
 
 // waitCaughtUp waits until every node has applied what the leader had
 // committed when it was called.
 func (c *procCluster) waitCaughtUp(timeout time.Duration) {
-	info := func(n *procNode) (api.Cluster, error) {
-		var v api.Cluster
-		resp, err := http.Get(n.url() + "/v1/cluster")
-		if err != nil {
-			return v, err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return v, fmt.Errorf("%s: status %d", n.id, resp.StatusCode)
-		}
-		return v, json.NewDecoder(resp.Body).Decode(&v)
-	}
-	li, err := info(c.leader(timeout))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	li, err := c.Info(ctx, c.leader(timeout))
 	if err != nil {
 		c.b.Fatal(err)
 	}
 	clustertest.WaitFor(c.b, timeout, fmt.Sprintf("every node to apply index %d", li.CommitIndex), func() bool {
 		for _, n := range c.nodes {
-			if i, err := info(n); err != nil || i.AppliedIndex < li.CommitIndex {
+			if i, err := c.Info(ctx, n); err != nil || i.AppliedIndex < li.CommitIndex {
 				return false
 			}
 		}
@@ -185,7 +115,7 @@ func (c *procCluster) waitCaughtUp(timeout time.Duration) {
 func (c *procCluster) target(workers int) *httpTarget {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	t, err := newHTTPTarget(ctx, []string{c.nodes[0].url(), c.nodes[1].url(), c.nodes[2].url()}, workers)
+	t, err := newHTTPTarget(ctx, []string{c.nodes[0].URL(), c.nodes[1].URL(), c.nodes[2].URL()}, workers)
 	if err != nil {
 		c.b.Fatal(err)
 	}
@@ -193,9 +123,9 @@ func (c *procCluster) target(workers int) *httpTarget {
 }
 
 // waitReady polls /readyz until 200 and returns how long that took.
-func waitReady(b *testing.B, n *procNode, since time.Time, timeout time.Duration) time.Duration {
+func waitReady(b *testing.B, n *procs.Node, since time.Time, timeout time.Duration) time.Duration {
 	for time.Since(since) < timeout {
-		resp, err := http.Get(n.url() + "/readyz")
+		resp, err := http.Get(n.URL() + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -204,13 +134,13 @@ func waitReady(b *testing.B, n *procNode, since time.Time, timeout time.Duration
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	b.Fatalf("%s not ready after %s", n.id, timeout)
+	b.Fatalf("%s not ready after %s", n.ID, timeout)
 	return 0
 }
 
 // rssMiB is a process's resident set size.
-func rssMiB(n *procNode) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.cmd.Process.Pid))
+func rssMiB(n *procs.Node) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.Pid()))
 	if err != nil {
 		return -1
 	}
@@ -224,8 +154,8 @@ func rssMiB(n *procNode) float64 {
 }
 
 // cpuSeconds is a process's user+system CPU time so far.
-func cpuSeconds(n *procNode) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.cmd.Process.Pid))
+func cpuSeconds(n *procs.Node) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.Pid()))
 	if err != nil {
 		return -1
 	}
@@ -237,8 +167,8 @@ func cpuSeconds(n *procNode) float64 {
 }
 
 // metric reads one unlabelled sample from a node's /metrics.
-func metric(n *procNode, name string) (float64, error) {
-	resp, err := http.Get(n.url() + "/metrics")
+func metric(n *procs.Node, name string) (float64, error) {
+	resp, err := http.Get(n.URL() + "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -250,13 +180,13 @@ func metric(n *procNode, name string) (float64, error) {
 			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
-	return 0, fmt.Errorf("%s: no %s", n.id, name)
+	return 0, fmt.Errorf("%s: no %s", n.ID, name)
 }
 
 // snapshotTimes returns the durations of the snapshots a node's log records
 // (from "starting snapshot up to" to "snapshot complete up to").
-func snapshotTimes(n *procNode) []time.Duration {
-	b, _ := os.ReadFile(n.logPath)
+func snapshotTimes(n *procs.Node) []time.Duration {
+	b, _ := os.ReadFile(n.LogPath)
 	var out []time.Duration
 	var start time.Time
 	for _, line := range strings.Split(string(b), "\n") {
@@ -279,8 +209,8 @@ func snapshotTimes(n *procNode) []time.Duration {
 // snapshotBytes is the size of the newest complete snapshot in a data dir
 // (the snapshot store names them term-index-millis; in-progress ones end
 // in .tmp).
-func snapshotBytes(n *procNode) int64 {
-	files, _ := filepath.Glob(filepath.Join(n.dir, "snapshots", "*", "state.bin"))
+func snapshotBytes(n *procs.Node) int64 {
+	files, _ := filepath.Glob(filepath.Join(n.DataDir, "snapshots", "*", "state.bin"))
 	var newest int64
 	best := ""
 	for _, f := range files {
@@ -351,8 +281,8 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	for _, nd := range c.nodes {
 		held, _ := metric(nd, "raftlock_leases_held")
 		heap, _ := metric(nd, "go_memstats_heap_inuse_bytes")
-		b.Logf("%s: RSS %.0f MiB, Go heap in use %.0f MiB, leases held %.0f", nd.id, rssMiB(nd), heap/(1<<20), held)
-		b.ReportMetric(rssMiB(nd), nd.id+"-rss-MiB")
+		b.Logf("%s: RSS %.0f MiB, Go heap in use %.0f MiB, leases held %.0f", nd.ID, rssMiB(nd), heap/(1<<20), held)
+		b.ReportMetric(rssMiB(nd), nd.ID+"-rss-MiB")
 	}
 
 	// Restart a follower: it replays the whole log (no snapshot yet).
@@ -365,15 +295,15 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	start := time.Now()
 	c.start(f)
 	replay := waitReady(b, f, start, 10*time.Minute)
-	b.Logf("%s restart with %d log entries, no snapshot: ready after %s, RSS %.0f MiB", f.id, n, replay.Round(time.Millisecond), rssMiB(f))
+	b.Logf("%s restart with %d log entries, no snapshot: ready after %s, RSS %.0f MiB", f.ID, n, replay.Round(time.Millisecond), rssMiB(f))
 	b.ReportMetric(replay.Seconds(), "restart-replay-s")
 
 	// Snapshot on every node: restart each with a low threshold.
 	for _, nd := range c.nodes {
 		c.stop(nd)
-		for i, a := range nd.args {
+		for i, a := range nd.Args {
 			if a == "--snapshot-threshold" {
-				nd.args[i+1] = "1024"
+				nd.Args[i+1] = "1024"
 			}
 		}
 		c.start(nd)
@@ -386,9 +316,9 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 		}
 		snaps := snapshotTimes(nd)
 		if len(snaps) == 0 {
-			b.Fatalf("%s took no snapshot", nd.id)
+			b.Fatalf("%s took no snapshot", nd.ID)
 		}
-		b.Logf("%s: snapshot of %d locks: %d taken, first %s (sort+write+compact), %.1f MiB on disk; RSS %.0f MiB", nd.id, n, len(snaps), snaps[0].Round(time.Millisecond), float64(snapshotBytes(nd))/(1<<20), rssMiB(nd))
+		b.Logf("%s: snapshot of %d locks: %d taken, first %s (sort+write+compact), %.1f MiB on disk; RSS %.0f MiB", nd.ID, n, len(snaps), snaps[0].Round(time.Millisecond), float64(snapshotBytes(nd))/(1<<20), rssMiB(nd))
 		if nd == c.nodes[0] {
 			b.ReportMetric(snaps[0].Seconds(), "snapshot-s")
 			b.ReportMetric(float64(snapshotBytes(nd))/(1<<20), "snapshot-MiB")
@@ -403,10 +333,10 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	start = time.Now()
 	c.start(f)
 	fromSnap := waitReady(b, f, start, 10*time.Minute)
-	b.Logf("%s restart from snapshot: ready after %s, RSS %.0f MiB", f.id, fromSnap.Round(time.Millisecond), rssMiB(f))
+	b.Logf("%s restart from snapshot: ready after %s, RSS %.0f MiB", f.ID, fromSnap.Round(time.Millisecond), rssMiB(f))
 	b.ReportMetric(fromSnap.Seconds(), "restart-snapshot-s")
 	for _, nd := range c.nodes {
-		b.Logf("%s: RSS %.0f MiB after restarts", nd.id, rssMiB(nd))
+		b.Logf("%s: RSS %.0f MiB after restarts", nd.ID, rssMiB(nd))
 	}
 }
 
@@ -474,7 +404,7 @@ func BenchmarkScaleExpiry(b *testing.B) {
 			var out struct {
 				Locks []any `json:"locks"`
 			}
-			if t.get(context.Background(), ld.url()+"/v1/locks?prefix=exp/&limit=1", &out) == nil && len(out.Locks) == 0 {
+			if t.get(context.Background(), ld.URL()+"/v1/locks?prefix=exp/&limit=1", &out) == nil && len(out.Locks) == 0 {
 				cleared = time.Since(at)
 				break
 			}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,80 +12,91 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
-// serveProc is one `raftlock serve` process started from the test binary.
-type serveProc struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
 // startServe runs `raftlock serve args...` as a real process (this test
-// binary, see TestMain), logging to logFile. The test's cleanup stops it with
-// SIGTERM, then SIGKILL after 10 s.
-func startServe(t *testing.T, id, logFile string, args []string, env ...string) *serveProc {
+// binary, see TestMain), logging to logFile, with env added to its
+// environment. The test's cleanup stops it with SIGTERM, then SIGKILL
+// after 10 s.
+func startServe(t *testing.T, id, logFile string, args []string, env ...string) *procs.Node {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := os.Create(logFile)
-	if err != nil {
+	n := &procs.Node{ID: id, Bin: self, Args: append([]string{"serve"}, args...),
+		Env: append([]string{"RAFTLOCK_TEST_AS_MAIN=1"}, env...), LogPath: logFile, StopTimeout: 10 * time.Second}
+	if err := n.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, append([]string{"serve"}, args...)...)
-	cmd.Env = append(append(os.Environ(), "RAFTLOCK_TEST_AS_MAIN=1"), env...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &serveProc{cmd: cmd, log: logFile, done: make(chan struct{})}
-	go func() { cmd.Wait(); out.Close(); close(p.done) }()
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-p.done
-		}
-		t.Logf("%s exited: %v", id, cmd.ProcessState)
+		n.Terminate()
+		t.Logf("%s exited: code %d", id, n.ExitCode())
 		if t.Failed() {
 			b, _ := os.ReadFile(logFile)
 			t.Logf("%s log:\n%s", id, b)
 		}
 	})
-	return p
+	return n
+}
+
+// startCluster runs procs.Start with this test binary as raftlock (see
+// TestMain) and its data dirs and logs in a temporary dir unless o.Dir is
+// set. The test's cleanup stops every node with SIGTERM; a failed test
+// shows their logs.
+func startCluster(t *testing.T, o procs.Options) *procs.Cluster {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Bin, o.Env = self, append([]string{"RAFTLOCK_TEST_AS_MAIN=1"}, o.Env...)
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = 10 * time.Second
+	}
+	logs := func() {
+		for i := range max(o.Size, 3) {
+			id := fmt.Sprintf("n%d", i+1)
+			b, _ := os.ReadFile(filepath.Join(o.Dir, id+".log"))
+			t.Logf("%s log:\n%s", id, b)
+		}
+	}
+	c, err := procs.Start(o)
+	if err != nil {
+		logs()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Terminate()
+		for _, n := range c.Nodes {
+			t.Logf("%s exited: code %d", n.ID, n.ExitCode())
+		}
+		if t.Failed() {
+			logs()
+		}
+	})
+	return c
 }
 
 // The command-line contract: SIGTERM to the leader hands leadership over,
 // stops serving and exits 0; the cluster has a new leader at once (no
 // election timeout to wait out) and keeps its locks.
 func TestServeSIGTERMHandsOverAndExitsZero(t *testing.T) {
-	dir := t.TempDir()
-	ports := clustertest.FreePorts(t, 6)
-	var peers []string
-	for i := 0; i < 3; i++ {
-		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[3+i]))
-	}
-	procs := map[string]*serveProc{}
-	for i := 0; i < 3; i++ {
-		id := fmt.Sprintf("n%d", i+1)
-		procs[id] = startServe(t, id, filepath.Join(dir, id+".log"), []string{"--id", id,
-			"--data-dir", filepath.Join(dir, id), "--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[i]),
-			"--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[3+i]), "--peers", strings.Join(peers, ",")})
-	}
-	endpoint := func(id string) string { return fmt.Sprintf("http://127.0.0.1:%d", ports[id[1]-'1']) }
+	c := startCluster(t, procs.Options{})
+	endpoint := func(id string) string { return c.Node(id).URL() }
 	leaderOf := func(id string) string {
 		resp, err := http.Get(endpoint(id) + "/v1/cluster")
 		if err != nil {
 			return ""
 		}
 		defer resp.Body.Close()
-		var c struct{ Leader string }
-		json.NewDecoder(resp.Body).Decode(&c)
-		return c.Leader
+		var cs struct{ Leader string }
+		json.NewDecoder(resp.Body).Decode(&cs)
+		return cs.Leader
 	}
 	clustertest.WaitFor(t, 20*time.Second, "a leader", func() bool { return leaderOf("n1") != "" && leaderOf("n1") == leaderOf("n2") })
 	leader := leaderOf("n1")
@@ -94,22 +104,22 @@ func TestServeSIGTERMHandsOverAndExitsZero(t *testing.T) {
 		t.Fatalf("acquire: exit %d", r.code)
 	}
 
-	procs[leader].cmd.Process.Signal(syscall.SIGTERM)
+	c.Node(leader).Signal(syscall.SIGTERM)
 	select {
-	case <-procs[leader].done:
+	case <-c.Node(leader).Done():
 	case <-time.After(15 * time.Second):
 		t.Fatal("the leader did not exit within 15 s of SIGTERM")
 	}
-	if got := procs[leader].cmd.ProcessState.ExitCode(); got != 0 {
+	if got := c.Node(leader).ExitCode(); got != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", got)
 	}
-	if b, _ := os.ReadFile(procs[leader].log); !strings.Contains(string(b), "handed leadership over") {
+	if b, _ := os.ReadFile(c.Node(leader).LogPath); !strings.Contains(string(b), "handed leadership over") {
 		t.Fatalf("the leader did not hand leadership over:\n%s", b)
 	}
 	var survivor string
-	for id := range procs {
-		if id != leader {
-			survivor = id
+	for _, n := range c.Nodes {
+		if n.ID != leader {
+			survivor = n.ID
 		}
 	}
 	clustertest.WaitFor(t, 10*time.Second, "a new leader", func() bool { l := leaderOf(survivor); return l != "" && l != leader })

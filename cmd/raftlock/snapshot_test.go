@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 func acquireToken(t *testing.T, endpoint, name string) uint64 {
@@ -123,9 +124,9 @@ func testRecover(t *testing.T, logStore string) {
 			"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--raft-addr", raftAddr(i), "--peers", strings.Join(peers, ","),
 			"--election-timeout", "500ms", "--heartbeat-timeout", "500ms", "--log-store", logStore}
 	}
-	procs := make([]*serveProc, 3)
-	for i := range procs {
-		procs[i] = startServe(t, fmt.Sprintf("n%d", i+1), filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)), args(i))
+	nodes := make([]*procs.Node, 3)
+	for i := range nodes {
+		nodes[i] = startServe(t, fmt.Sprintf("n%d", i+1), filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)), args(i))
 	}
 	leaderOf := func(i int) string {
 		resp, err := http.Get(endpoint(i) + "/v1/cluster")
@@ -150,13 +151,12 @@ func testRecover(t *testing.T, logStore string) {
 		r := runCLI(t, nil, "get", "--stale", "--endpoints", endpoint(0), "survives/3")
 		return r.code == exitOK && strings.Contains(r.stdout, "held by")
 	})
-	for _, p := range procs[1:] {
-		p.cmd.Process.Kill()
-		<-p.done
+	for _, p := range nodes[1:] {
+		p.Kill()
 	}
-	procs[0].cmd.Process.Signal(syscall.SIGTERM)
+	nodes[0].Signal(syscall.SIGTERM)
 	select {
-	case <-procs[0].done:
+	case <-nodes[0].Done():
 	case <-time.After(15 * time.Second):
 		t.Fatal("n1 did not stop within 15 s of SIGTERM")
 	}
