@@ -22,6 +22,9 @@ const (
 	// (its lock-delay starts). Valid only in a version 3 command: builds
 	// that read up to version 2 do not know it (DESIGN.md, "Force release").
 	OpForceRelease Op = 7
+	// OpUpdate replaces the value of a lock its lease holds (the token
+	// stays). Valid only in a version 4 command, like Command.Value.
+	OpUpdate Op = 8
 )
 
 func (o Op) String() string {
@@ -40,6 +43,8 @@ func (o Op) String() string {
 		return "remove_node"
 	case OpForceRelease:
 		return "force_release"
+	case OpUpdate:
+		return "update"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -48,7 +53,7 @@ func (o Op) String() string {
 // reading when it created the entry; it is the only way time enters the FSM.
 type Command struct {
 	// Version is the encoding the command is written in (Encode) or was
-	// read from (DecodeCommand): 1, 2 or 3; 0 means 1. Only a leader that
+	// read from (DecodeCommand): 1 to 4; 0 means 1. Only a leader that
 	// knows every member understands a version may write it (DESIGN.md,
 	// "Command versions").
 	Version uint8
@@ -57,7 +62,7 @@ type Command struct {
 	// StampTerm (version 2 only) is the Raft term the leader was leading
 	// in when it read Stamp. A stamp whose term is not its entry's term
 	// counts no time (DESIGN.md, "Stale stamps").
-	StampTerm uint64 // versions 2 and 3
+	StampTerm uint64 // versions 2 and up
 	Name      string // lock name
 	Owner     string
 	LeaseID   string
@@ -65,6 +70,9 @@ type Command struct {
 	LockDelay int64 // milliseconds
 	NodeID    string
 	NodeAddr  string
+	// Value (version 4 only) is what an acquire or update publishes with
+	// the lock.
+	Value string
 }
 
 // The first byte of every encoded command is its version, so the format can
@@ -73,11 +81,12 @@ const (
 	commandVersion1 = 1 // op, stamp, ttl, lock-delay, five strings
 	commandVersion2 = 2 // version 1 with the stamp's term after the stamp
 	commandVersion3 = 3 // version 2's encoding; OpForceRelease is valid only from here
+	commandVersion4 = 4 // version 3 with Value after the node address; OpUpdate valid only from here
 	// MaxCommandVersion is the highest command version this build decodes
 	// and applies. Nodes publish it (GET /v1/cluster, command_version) and
 	// a leader writes a version only when every member has published at
 	// least that.
-	MaxCommandVersion = commandVersion3
+	MaxCommandVersion = commandVersion4
 )
 
 // ErrBadCommand is returned for bytes that do not decode to a command.
@@ -110,8 +119,33 @@ func OpInVersion(o Op, v uint8) bool {
 		return v <= MaxCommandVersion
 	case o == OpForceRelease:
 		return v >= commandVersion3 && v <= MaxCommandVersion
+	case o == OpUpdate:
+		return v >= commandVersion4 && v <= MaxCommandVersion
 	}
 	return false
+}
+
+// MinVersion is the oldest command version that can carry c: 4 for an
+// update or a value, 3 for a force release, else 1. A leader writes c only
+// when the gate allows at least this (raftnode).
+func MinVersion(c Command) uint8 {
+	switch {
+	case c.Op == OpUpdate || c.Value != "":
+		return commandVersion4
+	case c.Op == OpForceRelease:
+		return commandVersion3
+	}
+	return commandVersion1
+}
+
+// Fits reports whether c can be written in version v (0: 1): its op
+// belongs to v and v has room for its fields. A value cannot be dropped to
+// fit an older version: that would publish something else than asked.
+func Fits(c Command, v uint8) bool {
+	if v == 0 {
+		v = commandVersion1
+	}
+	return OpInVersion(c.Op, v) && v >= MinVersion(c)
 }
 
 // Encode appends the compact binary form of c in version c.Version (0: 1)
@@ -128,8 +162,11 @@ func (c *Command) Encode(dst []byte) []byte {
 	if v > MaxCommandVersion {
 		panic(fmt.Sprintf("fsm: cannot encode command version %d (max %d)", v, MaxCommandVersion))
 	}
-	if c.Op == OpForceRelease && !OpInVersion(c.Op, v) {
+	if (c.Op == OpForceRelease || c.Op == OpUpdate) && !OpInVersion(c.Op, v) {
 		panic(fmt.Sprintf("fsm: command version %d cannot carry %v", v, c.Op))
+	}
+	if c.Value != "" && v < commandVersion4 {
+		panic(fmt.Sprintf("fsm: command version %d cannot carry a value", v))
 	}
 	dst = append(dst, v, byte(c.Op))
 	dst = binary.AppendVarint(dst, c.Stamp)
@@ -141,6 +178,10 @@ func (c *Command) Encode(dst []byte) []byte {
 	for _, s := range [...]string{c.Name, c.Owner, c.LeaseID, c.NodeID, c.NodeAddr} {
 		dst = binary.AppendUvarint(dst, uint64(len(s)))
 		dst = append(dst, s...)
+	}
+	if v >= commandVersion4 {
+		dst = binary.AppendUvarint(dst, uint64(len(c.Value)))
+		dst = append(dst, c.Value...)
 	}
 	return dst
 }
@@ -174,6 +215,9 @@ func DecodeCommand(b []byte) (Command, error) {
 	c.LeaseID = d.string()
 	c.NodeID = d.string()
 	c.NodeAddr = d.string()
+	if v >= commandVersion4 {
+		c.Value = d.string()
+	}
 	if d.err != nil {
 		return Command{}, d.err
 	}

@@ -97,11 +97,13 @@ func genLog(next func(n int) int, length int) []logEntry {
 		// All three formats, and version 2 stamps read in another term: an
 		// earlier one (a leader that stamped, was deposed and won again)
 		// or, as bytes allow, any other.
-		switch next(7) {
+		switch next(8) {
 		case 0, 1:
 			c.Version = commandVersion1
 		case 6:
 			c.Version, c.StampTerm = commandVersion3, term
+		case 7:
+			c.Version, c.StampTerm = commandVersion4, term
 		case 2:
 			c.Version, c.StampTerm = commandVersion2, term-1
 		case 3:
@@ -109,10 +111,17 @@ func genLog(next func(n int) int, length int) []logEntry {
 		default:
 			c.Version, c.StampTerm = commandVersion2, term
 		}
-		switch next(11) {
+		switch next(12) {
 		case 0, 1, 2, 3:
 			c.Op, c.TTL, c.LockDelay = OpAcquire, int64(1+next(3))*100, int64(next(3))*100
 			c.Owner = "owner-" + c.LeaseID
+			if c.Version == commandVersion4 {
+				c.Value = "v" + strconv.Itoa(next(3)) // "v0".."v2"
+			}
+		case 11:
+			// Only in version 4.
+			c = Command{Version: commandVersion4, Op: OpUpdate, Stamp: stamp, StampTerm: term,
+				Name: c.Name, LeaseID: c.LeaseID, Value: "u" + strconv.Itoa(next(2))}
 		case 4, 5:
 			c.Op, c.TTL = OpRenew, int64(next(3))*100
 		case 6:
@@ -194,7 +203,7 @@ func TestRestoredReplicaMatchesReplay(t *testing.T) {
 // A command from a newer version is refused, never answered "invalid" here
 // while newer replicas apply it.
 func TestUnknownOpIsRefused(t *testing.T) {
-	for _, op := range []Op{0, OpForceRelease + 1, 255} {
+	for _, op := range []Op{0, OpUpdate + 1, 255} {
 		data := (&Command{Op: op, Name: "a", LeaseID: "L", TTL: 1000}).Encode(nil)
 		if _, err := DecodeCommand(data); !errors.Is(err, ErrUnknownOp) {
 			t.Errorf("decode %v: err %v, want ErrUnknownOp", op, err)

@@ -133,7 +133,7 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	m.advance(index, term, c)
 	m.changed = nil
 	freed, expired := m.expireDue()
-	if c.Op == OpAcquire || c.Op == OpRenew || c.Op == OpRelease || c.Op == OpForceRelease {
+	if c.Op == OpAcquire || c.Op == OpRenew || c.Op == OpRelease || c.Op == OpForceRelease || c.Op == OpUpdate {
 		f, x := m.settleName(c.Name)
 		freed, expired = append(freed, f...), expired+x
 	}
@@ -147,6 +147,8 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 		r = m.release(c)
 	case OpForceRelease:
 		r = m.forceRelease(c)
+	case OpUpdate:
+		r = m.update(c)
 	case OpTick:
 	case OpSetNode:
 		if c.NodeID == "" {
@@ -272,8 +274,13 @@ func (m *Machine) acquire(index uint64, c Command) Result {
 		}
 		// The same lease asks again: a client retrying after a timeout. It
 		// keeps its token and, like a renew, its deadline moves from now.
-		if e.lock.TTL != c.TTL {
+		// A version 4 retry also sets the value (the holder's latest
+		// word); older commands have none to set and keep it.
+		if e.lock.TTL != c.TTL || (c.Version >= commandVersion4 && e.lock.Value != c.Value) {
 			m.touch(e)
+		}
+		if c.Version >= commandVersion4 {
+			e.lock.Value = c.Value
 		}
 		e.lock.TTL, e.lock.LockDelay = c.TTL, c.LockDelay
 		m.setUntil(e, m.clock.Now+c.TTL*1e6)
@@ -281,7 +288,7 @@ func (m *Machine) acquire(index uint64, c Command) Result {
 	}
 	e := &entry{lock: Lock{
 		Name: c.Name, Owner: c.Owner, LeaseID: c.LeaseID,
-		Token: index, TTL: c.TTL, LockDelay: c.LockDelay,
+		Token: index, TTL: c.TTL, LockDelay: c.LockDelay, Value: c.Value,
 	}}
 	e.until = m.clock.Now + c.TTL*1e6
 	e.lock.Deadline = e.until
@@ -306,6 +313,23 @@ func (m *Machine) renew(c Command) Result {
 		m.touch(e)
 	}
 	m.setUntil(e, m.clock.Now+e.lock.TTL*1e6)
+	return Result{Status: StatusOK, Lock: e.lock}
+}
+
+// update replaces the value of the lock c's lease holds; the token, TTL and
+// deadline stay. An unchanged value changes nothing (and not the index).
+func (m *Machine) update(c Command) Result {
+	if c.Name == "" {
+		return Result{Status: StatusInvalid}
+	}
+	e := m.holding(c)
+	if e == nil {
+		return Result{Status: StatusNotHolder}
+	}
+	if e.lock.Value != c.Value {
+		e.lock.Value = c.Value
+		m.touch(e)
+	}
 	return Result{Status: StatusOK, Lock: e.lock}
 }
 

@@ -148,7 +148,7 @@ func TestVersion2MatchingTermsCountLikeVersion1(t *testing.T) {
 					t.Fatal(err)
 				}
 				c.StampTerm = e.term
-				if c.Op != OpForceRelease { // version 3 only; with its own term it counts time as the rest
+				if MinVersion(c) == commandVersion1 { // force release (3), update and values (4) keep theirs; with their own term they count time as the rest
 					c.Version = v
 				}
 				out[i] = logEntry{e.index, e.term, c.Encode(nil)}

@@ -130,14 +130,14 @@ func TestClusterStatus(t *testing.T) {
 			{ID: "n2", RaftAddr: "127.0.0.1:9002", HTTPAddr: "", Voter: false},
 		}}, nil
 	}
-	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK, `{"id":"n1","leader":"n1","term":7,"last_index":124,"commit_index":123,"applied_index":122,"command_version":3,"nodes":[
+	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK, `{"id":"n1","leader":"n1","term":7,"last_index":124,"commit_index":123,"applied_index":122,"command_version":4,"nodes":[
 		{"id":"n1","raft_addr":"127.0.0.1:9001","http_addr":"127.0.0.1:8001","voter":true,"leader":true},
 		{"id":"n2","raft_addr":"127.0.0.1:9002","http_addr":"","voter":false,"leader":false}]}`)
 
 	// Any node answers from its own view, without a leader too.
 	f.status = func() (store.Status, error) { return store.Status{Term: 8}, nil }
 	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK,
-		`{"id":"","leader":"","term":8,"last_index":0,"commit_index":0,"applied_index":0,"command_version":3,"nodes":[]}`)
+		`{"id":"","leader":"","term":8,"last_index":0,"commit_index":0,"applied_index":0,"command_version":4,"nodes":[]}`)
 
 	f.status = func() (store.Status, error) { return store.Status{}, store.ErrShutdown }
 	rec := do(t, newServer(f), http.MethodGet, "/v1/cluster", "")
