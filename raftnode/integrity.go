@@ -282,10 +282,10 @@ func (n *Node) applyExt(cmd fsm.Command, x extension) (fsm.Result, uint64, error
 		return fsm.Result{}, 0, ErrNotLeader
 	}
 	cmd.Version, cmd.StampTerm = n.commandVersionIn(term), term
-	if !fsm.OpInVersion(cmd.Op, cmd.Version) {
+	if !fsm.Fits(cmd, cmd.Version) {
 		// Checked here, with the version this entry is written in: an
 		// entry its own format cannot carry would stop every replica.
-		return fsm.Result{}, 0, fmt.Errorf("%w: %v needs command format 3 on every member; this leader may write format %d in term %d", ErrNotSupportedYet, cmd.Op, cmd.Version, term)
+		return fsm.Result{}, 0, fmt.Errorf("%w: %v needs command format %d on every member; this leader may write format %d in term %d", ErrNotSupportedYet, cmd.Op, fsm.MinVersion(cmd), cmd.Version, term)
 	}
 	data := cmd.Encode(nil)
 	f := n.raft.ApplyLog(raft.Log{Data: data, Extensions: encodeExtension(data, x)}, n.cfg.ApplyTimeout)
