@@ -1,10 +1,12 @@
 package raftnode_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,10 +136,14 @@ func TestPrefixBlockingRead(t *testing.T) {
 }
 
 // Issue 14's walk-through: successive blocking reads through a follower see
-// held → renewed with a new TTL → released → held by another lease after
-// the leader is killed, each with a higher index.
+// held with value a → value b (update) → renewed with a new TTL → released
+// → held by another lease after the leader is killed, each with a higher
+// index.
 func TestWatchAcrossLeaderKill(t *testing.T) {
 	c := clustertest.Start(t, 3)
+	clustertest.WaitFor(t, watchDeadline, "the leader to write command format 4", func() bool {
+		return c.Leader().CommandVersion() >= 4
+	})
 	watcher := c.Followers()[0]
 	var last uint64
 	next := func(what string, change func()) map[string]any {
@@ -152,20 +158,34 @@ func TestWatchAcrossLeaderKill(t *testing.T) {
 		last = a.index
 		return a.body
 	}
+	var grant uint64
 	b := next("grant", func() {
-		if st, body := acquire(t, c.Leader(), "walk/a", "first", leaseA, 60_000); st != http.StatusOK {
+		st, body := call(t, "POST", c.Leader().URL()+"/v1/locks/acquire", map[string]any{"name": "walk/a", "owner": "first", "lease_id": leaseA, "ttl_ms": 60_000, "value": "a"})
+		if st != http.StatusOK {
 			t.Fatalf("acquire: %d %v", st, body)
 		}
+		grant = token(t, body)
 	})
-	if b["held"] != true || b["owner"] != "first" {
+	if b["held"] != true || b["owner"] != "first" || b["value"] != "a" {
 		t.Fatalf("after the grant: %v", b)
+	}
+	b = next("update", func() {
+		if st, body := call(t, "POST", c.Followers()[1].URL()+"/v1/locks/update", map[string]any{"name": "walk/a", "lease_id": leaseA, "value": "b"}); st != http.StatusOK {
+			t.Fatalf("update: %d %v", st, body)
+		}
+	})
+	if b["value"] != "b" || uint64(b["fencing_token"].(float64)) != grant {
+		t.Fatalf("after the update: %v (token %d)", b, grant)
+	}
+	if st, body := call(t, "POST", c.Leader().URL()+"/v1/locks/update", map[string]any{"name": "walk/a", "lease_id": leaseB, "value": "c"}); st != http.StatusConflict || body["error"] != "not_holder" {
+		t.Fatalf("update by another lease: %d %v", st, body)
 	}
 	b = next("renew with a new TTL", func() {
 		if st, body := call(t, "POST", c.Leader().URL()+"/v1/locks/renew", map[string]any{"name": "walk/a", "lease_id": leaseA, "ttl_ms": 30_000}); st != http.StatusOK {
 			t.Fatalf("renew: %d %v", st, body)
 		}
 	})
-	if b["ttl_ms"] != float64(30_000) {
+	if b["ttl_ms"] != float64(30_000) || b["value"] != "b" {
 		t.Fatalf("after the renew: %v", b)
 	}
 	b = next("release", func() {
@@ -191,4 +211,44 @@ func TestWatchAcrossLeaderKill(t *testing.T) {
 	if b["held"] != true || b["owner"] != "second" {
 		t.Fatalf("after the new grant: %v", b)
 	}
+}
+
+// While one member reads only command format 3, the leader refuses values
+// and updates (503 not_supported_yet) before writing anything.
+func TestValueRefusedBeforeEveryMemberReadsFormat4(t *testing.T) {
+	c := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) {
+		inner := cfg.FetchProgress
+		cfg.FetchProgress = func(ctx context.Context, id, addr string) (raftnode.Progress, error) {
+			p, err := inner(ctx, id, addr)
+			if id == "n3" {
+				p.CommandVersion = 3
+			}
+			return p, err
+		}
+	}})
+	leader := c.Leader()
+	if leader.ID == "n3" {
+		if err := leader.TransferLeadership(clustertest.Context(t, 10*time.Second), ""); err != nil {
+			t.Fatalf("transfer: %v", err)
+		}
+		leader = c.WaitForNewLeader(leader)
+	}
+	clustertest.WaitFor(t, watchDeadline, "the leader to write format 3", func() bool {
+		return leader.CommandVersion() == 3
+	})
+	st, body := call(t, "POST", c.Nodes[2].URL()+"/v1/locks/acquire", map[string]any{"name": "v/a", "lease_id": leaseA, "ttl_ms": 60_000, "value": "x"})
+	if msg, _ := body["message"].(string); st != http.StatusServiceUnavailable || body["error"] != "not_supported_yet" || !strings.Contains(msg, "command version 4") {
+		t.Fatalf("acquire with a value on format 3: %d %v", st, body)
+	}
+	if st, body := acquire(t, leader, "v/a", "o", leaseA, 60_000); st != http.StatusOK {
+		t.Fatalf("acquire without a value: %d %v", st, body)
+	}
+	st, body = call(t, "POST", leader.URL()+"/v1/locks/update", map[string]any{"name": "v/a", "lease_id": leaseA, "value": "x"})
+	if st != http.StatusServiceUnavailable || body["error"] != "not_supported_yet" {
+		t.Fatalf("update on format 3: %d %v", st, body)
+	}
+	if st, body := call(t, "GET", leader.URL()+"/v1/locks/v%2Fa", nil); st != http.StatusOK || body["value"] != nil {
+		t.Fatalf("the lock after refused values: %d %v", st, body)
+	}
+	c.EnsureSame(t)
 }

@@ -13,11 +13,12 @@ import (
 // Apply proposes one lock command (acquire, renew, release or force
 // release) and returns the state machine's outcome once the entry is
 // committed on a quorum and applied here. Only the leader can; others return
-// ErrNotLeader. A force release needs command format 3 on every member
-// (ErrNotSupportedYet until the format gate allows it).
+// ErrNotLeader. A force release needs command format 3 on every member, an
+// update or a value format 4 (ErrNotSupportedYet until the format gate
+// allows it).
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	switch cmd.Op {
-	case fsm.OpAcquire, fsm.OpRenew, fsm.OpRelease, fsm.OpForceRelease:
+	case fsm.OpAcquire, fsm.OpRenew, fsm.OpRelease, fsm.OpForceRelease, fsm.OpUpdate:
 	default:
 		return fsm.Result{}, fmt.Errorf("raftnode: %v is not a lock command", cmd.Op)
 	}
@@ -32,8 +33,31 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 		return n.Acquire(ctx, cmd, 0)
 	case fsm.OpForceRelease:
 		return n.forceRelease(cmd)
+	case fsm.OpUpdate:
+		if err := n.gate(cmd); err != nil {
+			return fsm.Result{}, err
+		}
 	}
 	return n.applyAdmitted(cmd)
+}
+
+// gate refuses early, with ErrNotSupportedYet, a command the format this
+// leader writes now cannot carry (fsm.Fits). applyExt checks again with the
+// version the entry is really written in, since the gate may change in
+// between (a new term, a new member).
+func (n *Node) gate(cmd fsm.Command) error {
+	v := n.CommandVersion()
+	if fsm.Fits(cmd, v) {
+		return nil
+	}
+	what := "a lock value"
+	switch cmd.Op {
+	case fsm.OpForceRelease:
+		what = "force release"
+	case fsm.OpUpdate:
+		what = "a value update"
+	}
+	return fmt.Errorf("%w: %s needs every node at command version %d; upgrade every node to a build that reads it (GET /v1/cluster shows command_version on each), then retry (this leader writes version %d now)", ErrNotSupportedYet, what, fsm.MinVersion(cmd), v)
 }
 
 // forceRelease writes a force release if every member reads it. The check
@@ -41,8 +65,8 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 // really written in, since the gate may change in between (a new term, a
 // new member).
 func (n *Node) forceRelease(cmd fsm.Command) (fsm.Result, error) {
-	if v := n.CommandVersion(); !fsm.OpInVersion(cmd.Op, v) {
-		return fsm.Result{}, fmt.Errorf("%w: force release needs every node at command version 3; upgrade every node to a build that reads it (GET /v1/cluster shows command_version on each), then retry (this leader writes version %d now)", ErrNotSupportedYet, v)
+	if err := n.gate(cmd); err != nil {
+		return fsm.Result{}, err
 	}
 	r, err := n.applyAdmitted(cmd)
 	if err == nil && r.Status == fsm.StatusOK && len(r.Freed) == 0 && r.Lock.Token != 0 {
@@ -84,6 +108,9 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 	}
 	if !n.IsLeader() {
 		return fsm.Result{}, ErrNotLeader
+	}
+	if err := n.gate(cmd); err != nil {
+		return fsm.Result{}, err // a value needs format 4: refused before it parks
 	}
 	if cmd.LeaseID == "" {
 		cmd.LeaseID = NewLeaseID()
