@@ -54,6 +54,7 @@ var routeRoles = map[string]Role{
 	"POST /v1/locks/acquire":               RoleReadWrite,
 	"POST /v1/locks/renew":                 RoleReadWrite,
 	"POST /v1/locks/release":               RoleReadWrite,
+	"POST /v1/locks/update":                RoleReadWrite,
 	"POST /v1/cluster/join":                RoleAdmin,
 	"POST /v1/cluster/leave":               RoleAdmin,
 	"POST /v1/cluster/transfer-leadership": RoleAdmin,
