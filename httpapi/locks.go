@@ -45,11 +45,9 @@ func acquireWait(req *acquireRequest) time.Duration {
 }
 
 func (s *Server) acquire(ctx context.Context, req *acquireRequest) (int, any, error) {
-	if req.Value != "" {
-		// Values need a command format no node writes yet.
-		return 0, nil, fmt.Errorf("%w: lock values need command format 4", store.ErrNotSupportedYet)
-	}
-	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs}
+	// A value needs command format 4: the leader answers 503
+	// not_supported_yet until every node reads it.
+	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs, Value: req.Value}
 	res, err := s.acquireGated(ctx, cmd, acquireWait(req))
 	if err != nil {
 		return 0, nil, err
@@ -67,6 +65,17 @@ func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error)
 		return 0, nil, err
 	}
 	return outcome(res, cmd.Name)
+}
+
+// update replaces the value of a lock the lease holds (command format 4:
+// 503 not_supported_yet until every node reads it). The answer is the lease
+// as it stands, like a renew's.
+func (s *Server) update(ctx context.Context, req *updateRequest) (int, any, error) {
+	res, err := s.applyGated(ctx, fsm.Command{Op: fsm.OpUpdate, Name: req.Name, LeaseID: req.LeaseID, Value: req.Value})
+	if err != nil {
+		return 0, nil, err
+	}
+	return outcome(res, req.Name)
 }
 
 func (s *Server) release(ctx context.Context, req *releaseRequest) (int, any, error) {

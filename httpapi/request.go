@@ -25,6 +25,7 @@ import (
 type (
 	acquireRequest  api.AcquireRequest
 	renewRequest    api.RenewRequest
+	updateRequest   api.UpdateRequest
 	releaseRequest  api.ReleaseRequest
 	joinRequest     api.JoinRequest
 	leaveRequest    api.LeaveRequest
@@ -65,6 +66,16 @@ func validValue(v string) error {
 		return badRequest("value: must be at most %d bytes of UTF-8", api.MaxValue)
 	}
 	return nil
+}
+
+func (r *updateRequest) validate() error {
+	if err := validName(r.Name); err != nil {
+		return err
+	}
+	if err := validLeaseID(r.LeaseID); err != nil {
+		return err
+	}
+	return validValue(r.Value)
 }
 
 func (r *renewRequest) validate() error {

@@ -108,6 +108,7 @@ func New(store Store, opts Options) *Server {
 	r.HandleFunc("/v1/locks/acquire", writeHandler(s, acquireWait, s.acquire)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/renew", writeHandler(s, nil, s.renew)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks/release", writeHandler(s, nil, s.release)).Methods(http.MethodPost)
+	r.HandleFunc("/v1/locks/update", writeHandler(s, nil, s.update)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/locks", s.list).Methods(http.MethodGet)
 	r.HandleFunc("/v1/locks/{name:.+}", s.get).Methods(http.MethodGet)
 	r.HandleFunc("/v1/cluster", s.cluster).Methods(http.MethodGet)
