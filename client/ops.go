@@ -19,18 +19,21 @@ type LockInfo struct {
 	Owner string
 	Token uint64 // fencing token of the holding lease
 	TTL   time.Duration
+	Value string // what the holder published
+	Index uint64 // Raft index of the lock's last change (see Observe)
 }
 
 // lockInfo is a lock of a read's answer (api.Lock, or api.FreeLock decoded
 // into it) as a LockInfo.
 func lockInfo(j *api.Lock) LockInfo {
-	return LockInfo{Name: j.Name, Held: j.Held, Owner: j.Owner, Token: j.FencingToken, TTL: time.Duration(j.TTLMs) * time.Millisecond}
+	return LockInfo{Name: j.Name, Held: j.Held, Owner: j.Owner, Token: j.FencingToken, TTL: time.Duration(j.TTLMs) * time.Millisecond, Value: j.Value, Index: j.Index}
 }
 
 // LockList is the answer of List.
 type LockList struct {
 	Locks     []LockInfo // held locks, sorted by name
 	Truncated bool       // more locks match than were returned
+	Index     uint64     // the highest index of any change under the prefix
 }
 
 // ClusterStatus is the answer of GET /v1/cluster.
@@ -82,7 +85,7 @@ func (c *Client) List(ctx context.Context, prefix string, limit int) (*LockList,
 	if _, err := c.do(ctx, r, &j); err != nil {
 		return nil, err
 	}
-	l := &LockList{Truncated: j.Truncated, Locks: make([]LockInfo, 0, len(j.Locks))}
+	l := &LockList{Truncated: j.Truncated, Index: j.Index, Locks: make([]LockInfo, 0, len(j.Locks))}
 	for i := range j.Locks {
 		l.Locks = append(l.Locks, lockInfo(&j.Locks[i]))
 	}

@@ -157,7 +157,9 @@ func TestCLILocks(t *testing.T) {
 			}},
 		{name: "get stale json from the leader", args: args("get", "--stale", "--json", "--endpoints", leaderURL, "orders/1"),
 			check: func(t *testing.T, r result) {
-				want := `{"name":"orders/1","held":true,"owner":"worker-a","fencing_token":` + formatUint(lease.FencingToken) + `,"ttl_ms":30000}` + "\n"
+				// The index is the lock's last change: its grant, whose
+				// index is its fencing token.
+				want := `{"name":"orders/1","held":true,"owner":"worker-a","fencing_token":` + formatUint(lease.FencingToken) + `,"ttl_ms":30000,"index":` + formatUint(lease.FencingToken) + `}` + "\n"
 				if r.stdout != want {
 					t.Fatalf("stdout %q, want %q", r.stdout, want)
 				}
@@ -191,14 +193,14 @@ func TestCLILocks(t *testing.T) {
 		{name: "list, truncated", args: args("list", "--limit", "1", "orders/"), stdout: `^NAME.*\norders/1 .*\n$`,
 			stderr: `^raftlock list: more locks match; showing the first 1 \(raise --limit\)\n$`},
 		{name: "list, none", args: args("list", "--prefix", "nothing/"), stdout: "^no locks held\n$"},
-		{name: "list, json, none", args: args("list", "--json", "nothing/"), stdout: `^\{"locks":\[\],"truncated":false\}\n$`},
+		{name: "list, json, none", args: args("list", "--json", "nothing/"), stdout: `^\{"locks":\[\],"truncated":false,"index":\d+\}\n$`},
 		{name: "release", args: lazy(func() []string { return []string{"release", "--lease-id", id(), "orders/1"} }), stdout: "^released orders/1\n$"},
 		{name: "release again: not holder", args: lazy(func() []string { return []string{"release", "--lease-id", id(), "orders/1"} }),
 			code: exitNotHolder, stderr: `^raftlock release: not holder: this lease does not hold the lock`},
 		{name: "renew after release: not holder, json", args: lazy(func() []string { return []string{"renew", "--json", "--lease-id", id(), "orders/1"} }),
 			code: exitNotHolder, stdout: `^\{"error":"not_holder","message":"not holder: .*"\}\n$`, stderr: "not holder"},
 		{name: "get free, text", args: args("get", "orders/1"), stdout: "^orders/1: free\n$"},
-		{name: "get free, json", args: args("get", "--json", "orders/1"), stdout: `^\{"name":"orders/1","held":false\}\n$`},
+		{name: "get free, json", args: args("get", "--json", "orders/1"), stdout: `^\{"name":"orders/1","held":false,"index":[1-9]\d*\}\n$`},
 		{name: "acquire again: larger token", args: args("acquire", "--json", "orders/1"),
 			check: func(t *testing.T, r result) {
 				var again leaseOut

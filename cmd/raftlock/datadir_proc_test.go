@@ -98,7 +98,7 @@ func (s *singleNode) seed(t *testing.T) {
 	// A snapshot that holds every seeded lock: with the boltdb log store the
 	// log lives in raft.db, which some tests delete, so only the snapshot
 	// may carry the locks across.
-	clustertest.WaitFor(t, 15*time.Second, "a snapshot of every seeded lock", func() bool {
+	clustertest.WaitFor(t, 45*time.Second, "a snapshot of every seeded lock", func() bool {
 		m, _ := filepath.Glob(filepath.Join(s.data, "snapshots", "*", "meta.json"))
 		for _, meta := range m {
 			b, _ := os.ReadFile(meta)

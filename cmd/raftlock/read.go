@@ -38,13 +38,13 @@ Examples:
 // lockOut is a lock as the API shows it: api.FreeLock, or api.Lock when held.
 func lockOut(info *client.LockInfo) any {
 	if !info.Held {
-		return api.FreeLock{Name: info.Name}
+		return api.FreeLock{Name: info.Name, Index: info.Index}
 	}
 	return heldOut(info)
 }
 
 func heldOut(info *client.LockInfo) api.Lock {
-	return api.Lock{Name: info.Name, Held: true, Owner: info.Owner, FencingToken: info.Token, TTLMs: ms(info.TTL)}
+	return api.Lock{Name: info.Name, Held: true, Owner: info.Owner, FencingToken: info.Token, TTLMs: ms(info.TTL), Value: info.Value, Index: info.Index}
 }
 
 // printLock prints one lock: JSON, or one line of text.
@@ -102,7 +102,7 @@ func listCmd(args []string, stdout, stderr io.Writer, environ env) int {
 			return c.fail(err)
 		}
 		if c.conn.json {
-			out := api.LockList{Locks: []api.Lock{}, Truncated: list.Truncated}
+			out := api.LockList{Locks: []api.Lock{}, Truncated: list.Truncated, Index: list.Index}
 			for i := range list.Locks {
 				out.Locks = append(out.Locks, heldOut(&list.Locks[i])) // List returns held locks only
 			}
