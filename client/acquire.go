@@ -300,8 +300,9 @@ type ForceReleased struct {
 // ends (the old holder may still be writing). The old holder's renew then
 // fails with ErrNotHolder. It needs an admin token (ErrForbidden
 // otherwise) and every node at command_version 3: until then the leader
-// answers 503 not_supported_yet, which is retried like other 503s until
-// ctx ends.
+// answers 503 not_supported_yet, which is retried for a few seconds (a new
+// leader's first survey of its members) and then returned as an *APIError
+// with that code.
 func (c *Client) ForceRelease(ctx context.Context, name string) (ForceReleased, error) {
 	var out api.Released
 	_, err := c.do(ctx, request{

@@ -104,7 +104,16 @@ type call struct {
 	body  []byte
 	tried outcome // what the attempts so far may have done
 	last  error   // the last attempt's failure, the best reason to give
+	// notSupportedSince is when the first 503 not_supported_yet came: it
+	// is retried for notSupportedPatience only (a leader's first survey of
+	// its members after an election), not until ctx ends, since the
+	// cluster may simply have a node that is too old.
+	notSupportedSince time.Time
 }
+
+// notSupportedPatience bounds how long a call resends a request that the
+// cluster does not support yet.
+var notSupportedPatience = 5 * time.Second // a var so tests can shorten it
 
 // pickEndpoint chooses where the next attempt goes, waiting out a backoff
 // unless it would run past the caller's deadline.
@@ -173,6 +182,13 @@ func (cl *call) answered(u string, sent time.Time, attempt int, resp *response, 
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 		// The contract says neither leaves a half-applied change, so these
 		// are safe to retry for any request.
+		if ae, ok := apiErr.(*APIError); ok && ae.Code == api.CodeNotSupportedYet {
+			if cl.notSupportedSince.IsZero() {
+				cl.notSupportedSince = c.clock.Now()
+			} else if c.clock.Now().Sub(cl.notSupportedSince) > notSupportedPatience {
+				return true, apiErr
+			}
+		}
 		d := max(c.backoff(attempt), retryAfter(resp.header, c.clock.Now()))
 		c.log.Debug("retrying", "endpoint", u, "path", r.path, "status", resp.status, "wait", d)
 		c.penalize(u, d, resp.status == http.StatusServiceUnavailable)
