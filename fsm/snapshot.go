@@ -87,7 +87,20 @@ func (m *Machine) Snapshot() *Snapshot {
 
 // WriteTo writes the snapshot in the versioned binary format. Locks are
 // sorted by name so equal states write equal bytes.
-func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) { return s.write(w, true) }
+
+// WriteOutcomeStateTo writes what decides the answer to every later entry:
+// the clock, the locks with their holders, deadlines, lock-delays and values,
+// and the node table, in the snapshot's canonical order, without the watch
+// bookkeeping (each lock's last-change index, the tombstones of freed locks
+// and their floor). Replicas compare hashes of these bytes. The bookkeeping
+// is left out because replicas may disagree on it without disagreeing on
+// any lock: a node that restored a format-1 snapshot (written before
+// indexes existed) has index 0 where one that replayed the same stretch of
+// log has the real indexes, until those locks change again.
+func (s *Snapshot) WriteOutcomeStateTo(w io.Writer) (int64, error) { return s.write(w, false) }
+
+func (s *Snapshot) write(w io.Writer, watchMeta bool) (int64, error) {
 	sort.Slice(s.entries, func(i, j int) bool { return s.entries[i].lock.Name < s.entries[j].lock.Name })
 	cw := &countingWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 64<<10)
@@ -115,7 +128,9 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 			buf = append(buf, 0)
 		}
 		buf = appendString(buf, e.lock.Value)
-		buf = binary.AppendUvarint(buf, e.lock.Index)
+		if watchMeta {
+			buf = binary.AppendUvarint(buf, e.lock.Index)
+		}
 		if len(buf) > 32<<10 {
 			if _, err := bw.Write(buf); err != nil {
 				return cw.n, fmt.Errorf("write snapshot: %w", err)
@@ -134,9 +149,14 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		buf = appendString(buf, s.nodes[id])
 	}
 	sort.Slice(s.tombs, func(i, j int) bool { return s.tombs[i].name < s.tombs[j].name })
-	buf = binary.AppendUvarint(buf, s.floor)
-	buf = binary.AppendUvarint(buf, uint64(len(s.tombs)))
-	for _, t := range s.tombs {
+	tombs := s.tombs
+	if watchMeta {
+		buf = binary.AppendUvarint(buf, s.floor)
+	} else {
+		tombs = nil
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(tombs)))
+	for _, t := range tombs {
 		buf = appendString(buf, t.name)
 		buf = binary.AppendUvarint(buf, t.index)
 		if len(buf) > 32<<10 {

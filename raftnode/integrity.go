@@ -104,11 +104,13 @@ func decodeExtension(data, ext []byte) (x extension, ok bool, err error) {
 	return x, true, nil
 }
 
-// stateHash is SHA-256 of the state's snapshot encoding, which is
-// deterministic: equal states write equal bytes.
+// stateHash is SHA-256 of the state that decides every answer, in the
+// snapshot's deterministic encoding (equal states write equal bytes),
+// without the watch bookkeeping replicas may legitimately disagree on after
+// an upgrade (fsm.Snapshot.WriteOutcomeStateTo).
 func stateHash(s *fsm.Snapshot) ([sha256.Size]byte, error) {
 	h := sha256.New()
-	if _, err := s.WriteTo(h); err != nil {
+	if _, err := s.WriteOutcomeStateTo(h); err != nil {
 		return [sha256.Size]byte{}, fmt.Errorf("hash state: %w", err)
 	}
 	var sum [sha256.Size]byte
