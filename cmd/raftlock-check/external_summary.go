@@ -102,7 +102,7 @@ func (s opStats) share() string {
 
 func isLockOp(o history.Op) bool {
 	switch o.Kind {
-	case history.Acquire, history.Renew, history.Release, history.Read:
+	case history.Acquire, history.Renew, history.Update, history.Release, history.Read:
 		return true
 	}
 	return false
@@ -177,6 +177,7 @@ func (s *extSummary) check() {
 		{id: "a", name: "no two valid holders of a lock at once", violations: model.MutualExclusion(s.ops, s.cfg.drift)},
 		{id: "b", name: "tokens of a lock increase; retries keep them", violations: model.Tokens(s.ops)},
 		{id: "c", name: "fenced register: no lower token, no lost write", violations: s.regs.Violations},
+		{id: "f", name: "lock indexes never go backwards (reads)", violations: model.IndexOrder(s.ops)},
 	}
 }
 
@@ -211,7 +212,7 @@ func (s *extSummary) print(w io.Writer) {
 	t := s.all[""]
 	fmt.Fprintf(w, "lock operations: attempted %d, succeeded %d, failed %d (%s: %d unknown outcome, %d refused)\n",
 		t.attempted, t.succeeded, t.failedAll(), t.share(), t.unknown, t.failed)
-	for _, k := range []string{history.Acquire, history.Renew, history.Release, history.Read} {
+	for _, k := range []string{history.Acquire, history.Renew, history.Update, history.Release, history.Read} {
 		if c := s.all[k]; c != nil {
 			fmt.Fprintf(w, "  %-8s attempted %6d, succeeded %6d, failed %5d (%s)\n", k, c.attempted, c.succeeded, c.failedAll(), c.share())
 		}

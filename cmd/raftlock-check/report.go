@@ -90,7 +90,8 @@ func (r *runner) check() error {
 		}
 	}
 	e.note = strings.Join(notes, "; ")
-	rep.props = append(rep.props, e)
+	rep.props = append(rep.props, e,
+		property{id: "f", name: "lock indexes never go backwards (reads)", violations: model.IndexOrder(ops)})
 	for _, f := range r.faults {
 		if f.Kind != faults.LeaderKill || f.Err != "" {
 			continue
@@ -112,7 +113,7 @@ func (r *runner) check() error {
 func (rep *report) print(r *runner) {
 	w := r.out
 	fmt.Fprintf(w, "\n==== raftlock-check report (seed %d, duration %v)\n", r.cfg.seed, r.cfg.duration)
-	kinds := []string{history.Acquire, history.Renew, history.Release, history.Read, history.FRead, history.FWrite, history.URead, history.UWrite}
+	kinds := []string{history.Acquire, history.Renew, history.Update, history.Release, history.Read, history.FRead, history.FWrite, history.URead, history.UWrite}
 	counts := map[string]map[string]int{}
 	for _, o := range rep.ops {
 		if counts[o.Kind] == nil {
@@ -169,6 +170,23 @@ func (rep *report) print(r *runner) {
 		}
 	}
 	fmt.Fprintf(w, "boundary: %d waiting acquires, %d granted as their wait ran out\n", waits, late)
+	blocking, woken, valued := 0, 0, 0
+	for _, o := range rep.ops {
+		if o.Kind != history.Read || (o.Outcome != history.OK && o.Outcome != history.Free) {
+			continue
+		}
+		if o.Value != "" {
+			valued++
+		}
+		if o.WaitMs > 0 {
+			blocking++
+			if o.Index > o.AskIndex {
+				woken++
+			}
+		}
+	}
+	fmt.Fprintf(w, "reads: %d answered blocking reads (%d answered a higher index than asked, %d ran out their wait), %d reads showed a value\n",
+		blocking, woken, blocking-woken, valued)
 	fmt.Fprintf(w, "checking took %v\nproperties:\n", rep.checkTime.Round(time.Millisecond))
 	for _, p := range rep.props {
 		verdict := "PASS"

@@ -33,7 +33,8 @@ const (
 	Acquire = "acquire"
 	Renew   = "renew"
 	Release = "release"
-	Read    = "read"   // linearizable GET of one lock
+	Update  = "update" // holder changes the lock's value
+	Read    = "read"   // linearizable GET of one lock, plain or blocking (?index=&wait_ms=)
 	FRead   = "fread"  // fenced register read (carries a token)
 	FWrite  = "fwrite" // fenced register write
 	URead   = "uread"  // unfenced register read
@@ -53,14 +54,18 @@ const (
 
 // Entry is one journal line.
 type Entry struct {
-	Kind    string `json:"k"` // "call" or "ret"
-	ID      string `json:"id"`
-	Client  int    `json:"c"`
-	Op      string `json:"op,omitempty"`
-	Name    string `json:"name,omitempty"`
-	Lease   string `json:"lease,omitempty"`
-	TTLMs   int64  `json:"ttl,omitempty"`
-	WaitMs  int64  `json:"wait,omitempty"`  // acquire: wait_ms asked for
+	Kind   string `json:"k"` // "call" or "ret"
+	ID     string `json:"id"`
+	Client int    `json:"c"`
+	Op     string `json:"op,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Lease  string `json:"lease,omitempty"`
+	TTLMs  int64  `json:"ttl,omitempty"`
+	WaitMs int64  `json:"wait,omitempty"` // acquire, blocking read: wait_ms asked for
+	// Value: call: the value an acquire or update sends; ret: a read's value.
+	Value string `json:"value,omitempty"`
+	// Index: call: a blocking read's ?index=; ret: the index a read answered.
+	Index   uint64 `json:"index,omitempty"`
 	Token   uint64 `json:"token,omitempty"` // call: register token; ret: granted or read token
 	Based   int64  `json:"based,omitempty"` // register write: version it was based on
 	Time    int64  `json:"t"`               // CLOCK_MONOTONIC ns (Now)
@@ -107,22 +112,27 @@ func (j *Journal) Close() error { return j.f.Close() }
 
 // Op is a call paired with its return.
 type Op struct {
-	ID      string
-	Client  int
-	Kind    string
-	Name    string
-	Lease   string
-	TTLMs   int64
-	WaitMs  int64 // an acquire's wait_ms
-	Token   uint64
-	Based   int64
-	Call    int64 // CLOCK_MONOTONIC ns
-	Return  int64 // CLOCK_MONOTONIC ns; math.MaxInt64 when no return was journalled
-	Outcome string
-	Holder  uint64
-	Version int64
-	Node    string
-	Err     string
+	ID     string
+	Client int
+	Kind   string
+	Name   string
+	Lease  string
+	TTLMs  int64
+	WaitMs int64 // an acquire's or a blocking read's wait_ms
+	Value  string
+	// AskIndex is a blocking read's ?index= (WaitMs > 0); Index the index a
+	// read answered (0 for a lock never held).
+	AskIndex uint64
+	Index    uint64
+	Token    uint64
+	Based    int64
+	Call     int64 // CLOCK_MONOTONIC ns
+	Return   int64 // CLOCK_MONOTONIC ns; math.MaxInt64 when no return was journalled
+	Outcome  string
+	Holder   uint64
+	Version  int64
+	Node     string
+	Err      string
 }
 
 // Definite reports whether the op's outcome is known.
@@ -200,11 +210,15 @@ func Pair(entries []Entry) []Op {
 	ops := make([]Op, 0, len(calls))
 	for id, c := range calls {
 		o := Op{ID: id, Client: c.Client, Kind: c.Op, Name: c.Name, Lease: c.Lease, TTLMs: c.TTLMs, WaitMs: c.WaitMs,
-			Token: c.Token, Based: c.Based, Call: c.Time, Return: math.MaxInt64, Outcome: Unknown, Node: c.Node}
+			Token: c.Token, Based: c.Based, Call: c.Time, Return: math.MaxInt64, Outcome: Unknown, Node: c.Node,
+			Value: c.Value, AskIndex: c.Index}
 		if r, ok := rets[id]; ok {
 			o.Return, o.Outcome, o.Holder, o.Version, o.Err = r.Time, r.Outcome, r.Holder, r.Version, r.Err
 			if r.Token != 0 {
 				o.Token = r.Token
+			}
+			if o.Kind == Read {
+				o.Value, o.Index = r.Value, r.Index
 			}
 			if o.Outcome == Unknown {
 				o.Return = math.MaxInt64

@@ -32,6 +32,9 @@ type state struct {
 	// where an expiry was observed. Keeping it in the state makes one-sided
 	// expiry exact.
 	EarliestNext int64
+	// Value is the holder's value: set by its grant, by its own retried
+	// acquire and by its updates; a read must show it.
+	Value string
 }
 
 // input is what porcupine sees of an operation. Times are ns from the
@@ -39,6 +42,7 @@ type state struct {
 type input struct {
 	Kind  string
 	Lease string
+	Value string // acquire, update: the value sent
 	TTLNs int64
 	Call  int64
 	Ret   int64 // MaxInt64 for unknown outcomes
@@ -47,6 +51,7 @@ type input struct {
 type output struct {
 	Outcome string
 	Token   uint64 // ok: granted/renewed/read token; held: holder token
+	Value   string // read: the value answered
 }
 
 // at returns the linearization point of an op in state s, or false when the
@@ -79,6 +84,8 @@ func step(s state, in input, out output) []state {
 		t.renew(s, out)
 	case history.Release:
 		t.release(s, out)
+	case history.Update:
+		t.update(s, out)
 	case history.Read:
 		t.read(s, out)
 	}
@@ -109,14 +116,14 @@ func (t *transition) move(s state, notBefore int64) (state, bool) {
 // after its EarliestExpiry.
 func (t *transition) expire(s state) (state, bool) {
 	s, ok := t.move(s, s.EarliestExpiry)
-	s.Holder, s.Token, s.EarliestExpiry = "", 0, 0
+	s.Holder, s.Token, s.EarliestExpiry, s.Value = "", 0, 0, ""
 	return s, ok
 }
 
 // free: the holder released the lock.
 func (t *transition) free(s state) (state, bool) {
 	s, ok := t.move(s, 0)
-	s.Holder, s.Token, s.EarliestExpiry = "", 0, 0
+	s.Holder, s.Token, s.EarliestExpiry, s.Value = "", 0, 0, ""
 	return s, ok
 }
 
@@ -134,7 +141,7 @@ func (t *transition) grant(s state, tok uint64) (state, bool) {
 		}
 		s.MaxToken = tok
 	}
-	s.Holder, s.Token, s.EarliestExpiry = t.in.Lease, tok, t.in.Call+t.in.TTLNs
+	s.Holder, s.Token, s.EarliestExpiry, s.Value = t.in.Lease, tok, t.in.Call+t.in.TTLNs, t.in.Value
 	return s, ok
 }
 
@@ -174,8 +181,10 @@ func (t *transition) acquire(s state, out output) {
 	ownLease := s.Holder == t.in.Lease
 	switch out.Outcome {
 	case history.OK:
-		if ownLease { // idempotent retry: same token, deadline pushed
-			t.add(t.observeExtend(s, out.Token))
+		if ownLease { // idempotent retry: same token, deadline pushed, value set again
+			n, ok := t.observeExtend(s, out.Token)
+			n.Value = t.in.Value
+			t.add(n, ok)
 		}
 		t.add(t.grant(s, out.Token))
 	case history.Held:
@@ -190,7 +199,9 @@ func (t *transition) acquire(s state, out output) {
 	case history.Unknown:
 		t.add(s, true)
 		if ownLease {
-			t.add(t.extend(s))
+			n, ok := t.extend(s)
+			n.Value = t.in.Value
+			t.add(n, ok)
 		} else {
 			t.add(t.grant(s, 0))
 		}
@@ -229,10 +240,34 @@ func (t *transition) release(s state, out output) {
 	}
 }
 
+// update: the holder sets the lock's value; token, TTL and deadline stay.
+// Answered like a renew (the lease body), so an OK carries the token.
+func (t *transition) update(s state, out output) {
+	switch out.Outcome {
+	case history.OK:
+		if s.Holder == t.in.Lease {
+			n, ok := t.observe(s, out.Token)
+			n.Value = t.in.Value
+			t.add(n, ok)
+		}
+	case history.NotHolder:
+		t.notHolder(s)
+	case history.Unknown:
+		t.add(s, true)
+		if s.Holder == t.in.Lease {
+			n, ok := t.move(s, 0)
+			n.Value = t.in.Value
+			t.add(n, ok)
+		}
+	}
+}
+
+// read: a plain or blocking read (a blocking read is one read, performed
+// when it is answered, so its interval is the whole call).
 func (t *transition) read(s state, out output) {
 	switch out.Outcome {
 	case history.OK:
-		if s.Holder != "" {
+		if s.Holder != "" && s.Value == out.Value {
 			t.add(t.observe(s, out.Token))
 		}
 	case history.Free:
@@ -247,7 +282,7 @@ func (t *transition) read(s state, out output) {
 func hashState(v any) uint64 {
 	s := v.(state)
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s|%d|%d|%d|%d", s.Holder, s.Token, s.EarliestExpiry, s.MaxToken, s.EarliestNext)
+	fmt.Fprintf(h, "%s|%d|%d|%d|%d|%s", s.Holder, s.Token, s.EarliestExpiry, s.MaxToken, s.EarliestNext, s.Value)
 	return h.Sum64()
 }
 
@@ -271,6 +306,12 @@ func Model() porcupine.Model {
 			if o.Token != 0 {
 				s += fmt.Sprintf(" %d", o.Token)
 			}
+			if i.Value != "" {
+				s = fmt.Sprintf("%s value %q", s, i.Value)
+			}
+			if o.Value != "" {
+				s += fmt.Sprintf(" value %q", o.Value)
+			}
 			return s
 		},
 	}
@@ -282,7 +323,7 @@ func Model() porcupine.Model {
 			if s.Holder == "" {
 				parts = append(parts, fmt.Sprintf("free (max %d)", s.MaxToken))
 			} else {
-				parts = append(parts, fmt.Sprintf("%s tok %d (max %d)", short(s.Holder), s.Token, s.MaxToken))
+				parts = append(parts, fmt.Sprintf("%s tok %d value %q (max %d)", short(s.Holder), s.Token, s.Value, s.MaxToken))
 			}
 		}
 		return fmt.Sprint(parts)
@@ -309,7 +350,7 @@ func Operations(ops []history.Op) []porcupine.Operation {
 	}
 	for _, o := range ops {
 		switch o.Kind {
-		case history.Acquire, history.Renew, history.Release, history.Read:
+		case history.Acquire, history.Renew, history.Release, history.Update, history.Read:
 		default:
 			continue
 		}
@@ -328,14 +369,29 @@ func Operations(ops []history.Op) []porcupine.Operation {
 		}
 		out = append(out, porcupine.Operation{
 			ClientId: o.Client,
-			Input:    input{Kind: o.Kind, Lease: o.Lease, TTLNs: o.TTLMs * int64(time.Millisecond), Call: o.Call - t0, Ret: ret},
+			Input:    input{Kind: o.Kind, Lease: o.Lease, Value: inValue(o), TTLNs: o.TTLMs * int64(time.Millisecond), Call: o.Call - t0, Ret: ret},
 			Call:     o.Call - t0,
-			Output:   output{Outcome: o.Outcome, Token: tok},
+			Output:   output{Outcome: o.Outcome, Token: tok, Value: outValue(o)},
 			Return:   ret,
 			Metadata: o.ID,
 		})
 	}
 	return out
+}
+
+// inValue is the value an acquire or update sends; outValue the one a read got.
+func inValue(o history.Op) string {
+	if o.Kind == history.Read {
+		return ""
+	}
+	return o.Value
+}
+
+func outValue(o history.Op) string {
+	if o.Kind == history.Read {
+		return o.Value
+	}
+	return ""
 }
 
 // LinResult is property (e) for one lock.

@@ -23,6 +23,12 @@ func op(id string, client int, kind, lease string, ttl int64, call, ret int64, o
 	return o
 }
 
+// val sets an op's value: sent by an acquire or update, answered to a read.
+func val(o history.Op, v string) history.Op {
+	o.Value = v
+	return o
+}
+
 func lin(t *testing.T, ops []history.Op) porcupine.CheckResult {
 	t.Helper()
 	res := Linearizable(ops, 10*time.Second)
@@ -119,6 +125,84 @@ func TestModel(t *testing.T) {
 		{"renew refused before the ttl ran out", porcupine.Illegal, []history.Op{
 			op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5),
 			op("2", 1, history.Renew, "A", 1000, 500, 510, history.NotHolder, 0),
+		}},
+		{"update by the holder sets the value; reads show it", porcupine.Ok, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 2, history.Read, "", 0, 20, 30, history.OK, 5), "a1"),
+			val(op("3", 1, history.Update, "A", 0, 40, 50, history.OK, 5), "a2"),
+			val(op("4", 2, history.Read, "", 0, 60, 70, history.OK, 5), "a2"),
+		}},
+		{"read shows the value from before an acknowledged update", porcupine.Illegal, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 1, history.Update, "A", 0, 40, 50, history.OK, 5), "a2"),
+			val(op("3", 2, history.Read, "", 0, 60, 70, history.OK, 5), "a1"),
+		}},
+		{"read overlapping an update may show either value", porcupine.Ok, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 1, history.Update, "A", 0, 40, 80, history.OK, 5), "a2"),
+			val(op("3", 2, history.Read, "", 0, 50, 60, history.OK, 5), "a1"),
+			val(op("4", 3, history.Read, "", 0, 55, 70, history.OK, 5), "a2"),
+		}},
+		{"read shows a value never sent", porcupine.Illegal, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 2, history.Read, "", 0, 20, 30, history.OK, 5), "b1"),
+		}},
+		{"update keeps the token", porcupine.Illegal, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 1, history.Update, "A", 0, 40, 50, history.OK, 6), "a2"),
+		}},
+		{"update does not extend the lease", porcupine.Ok, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 1, history.Update, "A", 0, 800, 810, history.OK, 5), "a2"),
+			val(op("3", 2, history.Acquire, "B", 1000, 1200, 1210, history.OK, 9), "b1"),
+			val(op("4", 3, history.Read, "", 0, 1300, 1310, history.OK, 9), "b1"),
+		}},
+		{"update by a non-holder is not_holder", porcupine.Ok, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 2, history.Update, "B", 0, 20, 30, history.NotHolder, 0), "b1"),
+			val(op("3", 3, history.Read, "", 0, 40, 50, history.OK, 5), "a1"),
+		}},
+		{"update by a non-holder acknowledged", porcupine.Illegal, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 2, history.Update, "B", 0, 20, 30, history.OK, 5), "b1"),
+		}},
+		{"holder's update refused while its lease must hold", porcupine.Illegal, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 1, history.Update, "A", 0, 500, 510, history.NotHolder, 0), "a2"),
+		}},
+		{"unknown update may apply later", porcupine.Ok, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 1, history.Update, "A", 0, 20, 0, history.Unknown, 0), "a2"),
+			val(op("3", 2, history.Read, "", 0, 100, 110, history.OK, 5), "a1"),
+			val(op("4", 2, history.Read, "", 0, 200, 210, history.OK, 5), "a2"),
+		}},
+		{"unknown update cannot be undone", porcupine.Illegal, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 1, history.Update, "A", 0, 20, 0, history.Unknown, 0), "a2"),
+			val(op("3", 2, history.Read, "", 0, 100, 110, history.OK, 5), "a2"),
+			val(op("4", 2, history.Read, "", 0, 200, 210, history.OK, 5), "a1"),
+		}},
+		{"a blocking read is performed when it returns: it shows a change made while it waited", porcupine.Ok, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 2, history.Read, "", 0, 20, 620, history.OK, 5), "a2"), // ?index=…&wait_ms=600
+			val(op("3", 1, history.Update, "A", 0, 300, 310, history.OK, 5), "a2"),
+		}},
+		{"a blocking read cannot show a change made after it returned", porcupine.Illegal, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 2, history.Read, "", 0, 20, 620, history.OK, 5), "a2"),
+			val(op("3", 1, history.Update, "A", 0, 700, 710, history.OK, 5), "a2"),
+		}},
+		{"a retried acquire by the holder sets its value again", porcupine.Ok, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			val(op("2", 1, history.Update, "A", 0, 20, 30, history.OK, 5), "a2"),
+			val(op("3", 1, history.Acquire, "A", 1000, 40, 50, history.OK, 5), "a1"),
+			val(op("4", 2, history.Read, "", 0, 60, 70, history.OK, 5), "a1"),
+		}},
+		{"a new holder's read never shows the old holder's value", porcupine.Illegal, []history.Op{
+			val(op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5), "a1"),
+			op("2", 1, history.Release, "A", 0, 20, 30, history.OK, 0),
+			val(op("3", 2, history.Acquire, "B", 1000, 40, 50, history.OK, 9), "b1"),
+			val(op("4", 3, history.Read, "", 0, 60, 70, history.OK, 9), "a1"),
 		}},
 	}
 	for _, c := range cases {

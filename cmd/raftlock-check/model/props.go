@@ -12,7 +12,7 @@ import (
 // Violation is one broken property, with enough detail to find it in the
 // journal.
 type Violation struct {
-	Property string // "a" … "e"
+	Property string // "a" … "f"
 	Detail   string
 }
 
@@ -325,3 +325,44 @@ const MaxTime = math.MaxInt64
 
 // secs shows a CLOCK_MONOTONIC reading in seconds, as the journal has it.
 func secs(t int64) float64 { return float64(t) / 1e9 }
+
+// IndexOrder is property (f): a lock's index never goes backwards. Reads
+// (plain and blocking) are linearizable, so a read sent after another read
+// of the same lock returned must answer an index at least as high. Only
+// definite reads count (ok, free); each carries the index it was answered.
+func IndexOrder(ops []history.Op) []Violation {
+	byName := map[string][]history.Op{}
+	for _, o := range ops {
+		if o.Kind == history.Read && (o.Outcome == history.OK || o.Outcome == history.Free) && o.Return != MaxTime {
+			byName[o.Name] = append(byName[o.Name], o)
+		}
+	}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var vs []Violation
+	for _, name := range names {
+		reads := byName[name]
+		byCall := append([]history.Op(nil), reads...)
+		sort.Slice(byCall, func(i, j int) bool { return byCall[i].Call < byCall[j].Call })
+		byRet := reads
+		sort.Slice(byRet, func(i, j int) bool { return byRet[i].Return < byRet[j].Return })
+		var best *history.Op // highest index among reads returned so far
+		next := 0
+		for _, o := range byCall {
+			for next < len(byRet) && byRet[next].Return < o.Call {
+				if best == nil || byRet[next].Index > best.Index {
+					best = &byRet[next]
+				}
+				next++
+			}
+			if best != nil && o.Index < best.Index {
+				vs = append(vs, Violation{"f", fmt.Sprintf("lock %q: read %s (c%d, sent t=%.3fs) answered index %d, below index %d answered by read %s (c%d) that returned at t=%.3fs",
+					name, o.ID, o.Client, secs(o.Call), o.Index, best.Index, best.ID, best.Client, secs(best.Return))})
+			}
+		}
+	}
+	return vs
+}

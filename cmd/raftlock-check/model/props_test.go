@@ -96,3 +96,33 @@ func TestFinalState(t *testing.T) {
 		}
 	}
 }
+
+func TestIndexOrder(t *testing.T) {
+	read := func(id string, client int, call, ret int64, out string, ask, idx uint64) history.Op {
+		o := op(id, client, history.Read, "", 0, call, ret, out, 0)
+		o.AskIndex, o.Index = ask, idx
+		return o
+	}
+	clean := []history.Op{
+		read("1", 1, 0, 10, history.Free, 0, 0),
+		read("2", 2, 20, 30, history.OK, 0, 7),
+		// Overlaps read 4, which saw 9: it may be linearized before it.
+		read("3", 1, 40, 100, history.OK, 7, 7),
+		read("4", 2, 50, 60, history.OK, 7, 9),
+		// A blocking read that timed out answers the index it asked for.
+		read("5", 3, 110, 700, history.OK, 9, 9),
+		read("6", 1, 800, 810, history.Free, 0, 12),
+		// Unknown reads never returned: left out.
+		read("7", 2, 900, 0, history.Unknown, 0, 0),
+	}
+	if vs := IndexOrder(clean); len(vs) != 0 {
+		t.Fatalf("clean history: %v", vs)
+	}
+	violating := append(clean[:6:6],
+		// Sent after read 6 returned index 12, yet answers 9.
+		read("8", 3, 850, 1200, history.OK, 9, 9))
+	vs := IndexOrder(violating)
+	if len(vs) != 1 || vs[0].Property != "f" || !strings.Contains(vs[0].Detail, "index 9, below index 12") {
+		t.Fatalf("want one violation (index 9 after 12), got %v", vs)
+	}
+}

@@ -2,7 +2,8 @@
 // re-executes itself as "raftlock-check client") that loops acquire, hold
 // (renewing, or overrunning its lease on purpose), read-modify-write of the
 // fenced and unfenced registers, release, and now and then a linearizable
-// read. It talks raw HTTP so that every call is journalled exactly: a "call"
+// read, plain or blocking. Acquires carry a value, which holders sometimes
+// update. It talks raw HTTP so that every call is journalled exactly: a "call"
 // line before the request is sent, a "ret" line after the answer.
 package workload
 
@@ -47,6 +48,10 @@ type Client struct {
 	rnd  *rand.Rand
 	http *http.Client
 	seq  int
+	vals int // values sent so far
+	// seen is the index of this client's latest read of each lock: a
+	// blocking read asks for a change past it.
+	seen map[string]uint64
 }
 
 // New makes a client.
@@ -55,10 +60,16 @@ func New(cfg Config) *Client {
 		DialContext:         (&net.Dialer{Timeout: 500 * time.Millisecond}).DialContext,
 		MaxIdleConnsPerHost: 4,
 	}
-	return &Client{cfg: cfg, rnd: rand.New(rand.NewSource(cfg.Seed)), http: &http.Client{Transport: t, Timeout: cfg.Timeout}}
+	return &Client{cfg: cfg, rnd: rand.New(rand.NewSource(cfg.Seed)), http: &http.Client{Transport: t, Timeout: cfg.Timeout}, seen: map[string]uint64{}}
 }
 
 func (c *Client) owner() string { return fmt.Sprintf("c%d", c.cfg.ID) }
+
+// value is a fresh value, unique in the run: client id and a counter.
+func (c *Client) value() string {
+	c.vals++
+	return fmt.Sprintf("c%d-v%d", c.cfg.ID, c.vals)
+}
 
 func (c *Client) nextID() string {
 	c.seq++
@@ -68,7 +79,7 @@ func (c *Client) nextID() string {
 // Run loops until ctx ends.
 func (c *Client) Run(ctx context.Context) {
 	for ctx.Err() == nil {
-		if c.rnd.Intn(10) == 0 {
+		if c.rnd.Intn(4) == 0 {
 			c.read(c.cfg.Locks[c.rnd.Intn(len(c.cfg.Locks))])
 		}
 		c.cycle(ctx)
@@ -122,13 +133,14 @@ func (c *Client) cycle(ctx context.Context) {
 	var via string // the node that granted
 	var wait int64 // ms; set once, for the first held answer of a boundary cycle
 	waited := false
-	// An unknown outcome is retried with the same lease id.
+	val := c.value()
+	// An unknown outcome is retried with the same lease id (and value).
 	for try := 0; try < 4; try++ {
-		body := map[string]any{"name": name, "owner": c.owner(), "ttl_ms": ttl, "lease_id": lease}
+		body := map[string]any{"name": name, "owner": c.owner(), "ttl_ms": ttl, "lease_id": lease, "value": val}
 		if wait > 0 {
 			body["wait_ms"] = wait
 		}
-		e := c.call(history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTLMs: ttl, WaitMs: wait}, "/v1/locks/acquire", body)
+		e := c.call(history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTLMs: ttl, WaitMs: wait, Value: val}, "/v1/locks/acquire", body)
 		wait = 0
 		if e.Outcome == history.OK {
 			tok, via = e.Token, e.Node
@@ -157,8 +169,10 @@ func (c *Client) cycle(ctx context.Context) {
 	if boundary {
 		// An idempotent retry of the same acquire on another node: while
 		// the lease holds it must answer the same token.
-		c.callOn(c.otherNode(via), history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTLMs: ttl}, "/v1/locks/acquire",
-			map[string]any{"name": name, "owner": c.owner(), "ttl_ms": ttl, "lease_id": lease})
+		c.callOn(c.otherNode(via), history.Entry{Op: history.Acquire, Name: name, Lease: lease, TTLMs: ttl, Value: val}, "/v1/locks/acquire",
+			map[string]any{"name": name, "owner": c.owner(), "ttl_ms": ttl, "lease_id": lease, "value": val})
+	} else if c.rnd.Intn(2) == 0 {
+		c.update(ctx, name, lease)
 	}
 	fv, fok := c.reg(history.FRead, register.Request{Fenced: true, Name: name, Token: tok})
 	uv, _ := c.reg(history.URead, register.Request{Name: name, Token: tok})
@@ -186,6 +200,9 @@ func (c *Client) cycle(ctx context.Context) {
 				map[string]any{"name": name, "lease_id": lease})
 			if e.Outcome != history.OK {
 				break
+			}
+			if c.rnd.Intn(3) == 0 {
+				c.update(ctx, name, lease)
 			}
 		}
 	default:
@@ -243,14 +260,49 @@ func (c *Client) callOn(node string, e history.Entry, path string, body any) his
 	return r
 }
 
+// update sets a new value on a lock this client holds. An unknown outcome
+// (503 not_supported_yet just after an election, 504, timeout) is resent
+// once after its Retry-After: resending a value is harmless.
+func (c *Client) update(ctx context.Context, name, lease string) {
+	val := c.value()
+	for try := 0; try < 2; try++ {
+		e := c.call(history.Entry{Op: history.Update, Name: name, Lease: lease, Value: val}, "/v1/locks/update",
+			map[string]any{"name": name, "lease_id": lease, "value": val})
+		if e.Outcome != history.Unknown || !c.sleep(ctx, max(c.retryAfter(e), 50*time.Millisecond)) {
+			return
+		}
+	}
+}
+
+// read is one linearizable read of a lock. Half the time it is followed by
+// a blocking read asking for a change past the index just seen (so that it
+// parks, to be woken by a change or run out its 200-800 ms wait).
 func (c *Client) read(name string) {
+	c.readOnce(name, false)
+	if c.rnd.Intn(2) == 0 {
+		c.readOnce(name, true)
+	}
+}
+
+// readOnce is one read; a blocking one asks for a change past the index
+// this client last read of the lock.
+func (c *Client) readOnce(name string, blocking bool) {
 	node := c.cfg.Nodes[c.rnd.Intn(len(c.cfg.Nodes))]
-	e := history.Entry{Kind: "call", ID: c.nextID(), Client: c.cfg.ID, Op: history.Read, Name: name, Node: node, Time: history.Now()}
+	e := history.Entry{Kind: "call", ID: c.nextID(), Client: c.cfg.ID, Op: history.Read, Name: name, Node: node}
+	u := node + "/v1/locks/" + url.PathEscape(name)
+	if blocking {
+		e.Index, e.WaitMs = c.seen[name], int64(200+c.rnd.Intn(601))
+		u += fmt.Sprintf("?index=%d&wait_ms=%d", e.Index, e.WaitMs)
+	}
+	e.Time = history.Now()
 	c.cfg.Journal.Write(e)
-	resp, err := c.http.Get(node + "/v1/locks/" + url.PathEscape(name))
+	resp, err := c.http.Get(u)
 	r := c.classify(resp, err)
 	r.ID, r.Client = e.ID, e.Client
 	c.cfg.Journal.Write(r)
+	if r.Outcome == history.OK || r.Outcome == history.Free {
+		c.seen[name] = r.Index
+	}
 }
 
 // classify reads an answer into a "ret" entry, stamping its time.
@@ -276,15 +328,22 @@ func (c *Client) classify(resp *http.Response, err error) history.Entry {
 		Holder struct {
 			Token uint64 `json:"fencing_token"`
 		} `json:"holder"`
+		Value string  `json:"value"`
+		Index *uint64 `json:"index"`
 	}
 	jerr := json.Unmarshal(raw, &body)
 	switch {
 	case rerr != nil || (resp.StatusCode < 300 && jerr != nil):
 		r.Outcome, r.Err = history.Unknown, fmt.Sprint("reading the answer: ", rerr, jerr)
 	case resp.StatusCode == http.StatusOK:
-		r.Outcome, r.Token = history.OK, body.Token
+		r.Outcome, r.Token, r.Value = history.OK, body.Token, body.Value
 		if body.Held != nil && !*body.Held {
 			r.Outcome = history.Free
+		}
+		if body.Index != nil {
+			r.Index = *body.Index
+		} else if n, err := strconv.ParseUint(resp.Header.Get("X-Raftlock-Index"), 10, 64); err == nil {
+			r.Index = n
 		}
 	case resp.StatusCode == http.StatusConflict && body.Error == "held":
 		r.Outcome, r.Holder = history.Held, body.Holder.Token

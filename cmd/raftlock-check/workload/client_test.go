@@ -26,3 +26,40 @@ func TestGatewayTimeoutIsUnknown(t *testing.T) {
 		}
 	}
 }
+
+// A read records the value and index it was answered (the body's index, or
+// the header's when the body has none); an update's 503 not_supported_yet
+// is an unknown outcome like any other write's 5xx, its 409 not_holder definite.
+func TestClassifyValueIndexAndUpdate(t *testing.T) {
+	cases := []struct {
+		status      int
+		header      string
+		body        string
+		out, value  string
+		index       uint64
+		retryAfter1 bool
+	}{
+		{200, "", `{"name":"L","held":true,"owner":"c1","fencing_token":5,"ttl_ms":1000,"value":"c1-v3","index":12}`, history.OK, "c1-v3", 12, false},
+		{200, "", `{"name":"L","held":false,"index":14}`, history.Free, "", 14, false},
+		{200, "17", `{"name":"L","held":false}`, history.Free, "", 17, false},
+		{409, "", `{"error":"not_holder"}`, history.NotHolder, "", 0, false},
+		{503, "", `{"error":"not_supported_yet"}`, history.Unknown, "", 0, true},
+	}
+	for _, tc := range cases {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if tc.header != "" {
+				w.Header().Set("X-Raftlock-Index", tc.header)
+			}
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(tc.status)
+			w.Write([]byte(tc.body))
+		}))
+		c := New(Config{Nodes: []string{srv.URL}})
+		resp, err := http.Get(srv.URL)
+		r := c.classify(resp, err)
+		srv.Close()
+		if r.Outcome != tc.out || r.Value != tc.value || r.Index != tc.index || (r.RetryAfter == 1) != tc.retryAfter1 {
+			t.Errorf("%d %s: %+v, want outcome %s value %q index %d", tc.status, tc.body, r, tc.out, tc.value, tc.index)
+		}
+	}
+}
