@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 
@@ -56,12 +55,7 @@ func runElect(args []string, stdin io.Reader, stdout, stderr io.Writer, environ 
 	if len(*value) > api.MaxValue {
 		return c.usageError(fmt.Errorf("--value: at most %d bytes", api.MaxValue))
 	}
-	if _, err := exec.LookPath(x.argv[0]); err != nil {
-		fmt.Fprintf(stderr, "raftlock elect: %v\n", err)
-		return startFailure(err)
-	}
-	cmd := exec.Command(x.argv[0], x.argv[1:]...)
-	cl, code, ok := c.client()
+	cmd, cl, code, ok := prepareCommand(c, "raftlock elect", x, stderr)
 	if !ok {
 		return code
 	}
@@ -75,21 +69,7 @@ func runElect(args []string, stdin io.Reader, stdout, stderr io.Writer, environ 
 	if err != nil {
 		return c.fail(err)
 	}
-	release := func() error {
-		ctx, cancel := c.conn.ctx()
-		defer cancel()
-		return lease.Release(ctx)
-	}
-	child, err := startChild(cmd, x.name, lease.Token(), stdin, stdout, stderr, append(environ, "RAFTLOCK_VALUE="+*value))
-	if err != nil {
-		fmt.Fprintf(stderr, "raftlock elect: %v\n", err)
-		if rerr := release(); rerr != nil {
-			fmt.Fprintf(stderr, "raftlock elect: %v\n", rerr)
-		}
-		return startFailure(err)
-	}
-	waitErr, lossReported := child.supervise(lease, sigs, x.killGrace, x.name, stderr)
-	return releaseAndExitCode(lease, release, waitErr, lossReported, x.name, stderr)
+	return runWhileHeld(c, "raftlock elect", x, cmd, lease, append(environ, "RAFTLOCK_VALUE="+*value), stdin, stdout, stderr, sigs)
 }
 
 // campaignInterruptible campaigns until this candidate leads (or --wait

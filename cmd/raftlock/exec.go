@@ -75,14 +75,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ e
 	if !ok {
 		return code
 	}
-	// Resolve the command before taking the lock, so that a typo does not
-	// take it.
-	if _, err := exec.LookPath(x.argv[0]); err != nil {
-		fmt.Fprintf(stderr, "raftlock exec: %v\n", err)
-		return startFailure(err)
-	}
-	cmd := exec.Command(x.argv[0], x.argv[1:]...)
-	cl, code, ok := c.client()
+	cmd, cl, code, ok := prepareCommand(c, "raftlock exec", x, stderr)
 	if !ok {
 		return code
 	}
@@ -96,17 +89,39 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ e
 	if err != nil {
 		return c.fail(err) // exit 6 when the acquire's outcome is unknown
 	}
+	return runWhileHeld(c, "raftlock exec", x, cmd, lease, environ, stdin, stdout, stderr, sigs)
+}
+
+// prepareCommand resolves the command before the lock is taken, so that a
+// typo does not take it, and makes the client. When ok is false, the caller
+// exits with code.
+func prepareCommand(c *cli, who string, x execArgs, stderr io.Writer) (*exec.Cmd, *client.Client, int, bool) {
+	if _, err := exec.LookPath(x.argv[0]); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", who, err)
+		return nil, nil, startFailure(err), false
+	}
+	cl, code, ok := c.client()
+	if !ok {
+		return nil, nil, code, false
+	}
+	return exec.Command(x.argv[0], x.argv[1:]...), cl, 0, true
+}
+
+// runWhileHeld runs cmd while lease holds the lock, for exec and elect: it
+// starts the child with the lock's environment, supervises it (forwarded
+// signals, SIGTERM then SIGKILL on a lost lease) and releases the lease
+// when the child ends, answering with the child's exit code.
+func runWhileHeld(c *cli, who string, x execArgs, cmd *exec.Cmd, lease *client.Lease, environ env, stdin io.Reader, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	release := func() error {
 		ctx, cancel := c.conn.ctx()
 		defer cancel()
 		return lease.Release(ctx)
 	}
-
 	child, err := startChild(cmd, x.name, lease.Token(), stdin, stdout, stderr, environ)
 	if err != nil {
-		fmt.Fprintf(stderr, "raftlock exec: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", who, err)
 		if rerr := release(); rerr != nil {
-			fmt.Fprintf(stderr, "raftlock exec: %v\n", rerr)
+			fmt.Fprintf(stderr, "%s: %v\n", who, rerr)
 		}
 		return startFailure(err)
 	}
