@@ -167,6 +167,32 @@ type Node struct {
 	Leader   bool   `json:"leader"`
 }
 
+// Members answers GET /v1/cluster/members: each member's own view, asked
+// by the answering node over the members' APIs.
+type Members struct {
+	Members []Member `json:"members"`
+}
+
+// Member is one member in Members. Term, indexes and Ready are what the
+// member itself answered; all are zero when it was not reachable (Error
+// says why).
+type Member struct {
+	ID           string `json:"id"`
+	RaftAddr     string `json:"raft_addr"`
+	HTTPAddr     string `json:"http_addr"`
+	Voter        bool   `json:"voter"`
+	Leader       bool   `json:"leader"` // in the answering node's configuration view
+	Reachable    bool   `json:"reachable"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// Lag is the leader's last index minus this member's applied index;
+	// absent when the leader or the member did not answer.
+	Lag   *uint64 `json:"lag,omitempty"`
+	Ready bool    `json:"ready"`
+	Error string  `json:"error,omitempty"`
+}
+
 // Joined answers a join with 200.
 type Joined struct {
 	Joined string `json:"joined"`

@@ -51,6 +51,7 @@ var routeRoles = map[string]Role{
 	"GET /v1/locks":                        RoleReadOnly,
 	"GET /v1/locks/{name:.+}":              RoleReadOnly,
 	"GET /v1/cluster":                      RoleReadOnly,
+	"GET /v1/cluster/members":              RoleReadOnly,
 	"POST /v1/locks/acquire":               RoleReadWrite,
 	"POST /v1/locks/renew":                 RoleReadWrite,
 	"POST /v1/locks/release":               RoleReadWrite,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/raftlock/raftlock/api"
@@ -36,13 +37,7 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 // the forwarder calls the leader. Connections are not kept: members are
 // asked once per round, and a pool must not outlive a closed node.
 func ProgressFetcher(tlsCfg *tls.Config, token string) store.ProgressFetcher {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DisableKeepAlives = true
-	scheme := "http://"
-	if tlsCfg != nil {
-		t.TLSClientConfig, scheme = tlsCfg.Clone(), "https://"
-	}
-	hc := &http.Client{Transport: t}
+	hc, scheme := memberClient(tlsCfg)
 	return func(ctx context.Context, id, httpAddr string) (store.Progress, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+httpAddr+"/v1/cluster", nil)
 		if err != nil {
@@ -65,6 +60,120 @@ func ProgressFetcher(tlsCfg *tls.Config, token string) store.ProgressFetcher {
 		}
 		return store.Progress{ID: v.ID, Leader: v.Leader, Term: v.Term, LastIndex: v.LastIndex, CommandVersion: v.CommandVersion}, nil
 	}
+}
+
+// memberClient is the client nodes ask each other with: https with tlsCfg
+// when set, and no kept connections.
+func memberClient(tlsCfg *tls.Config) (*http.Client, string) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableKeepAlives = true
+	scheme := "http://"
+	if tlsCfg != nil {
+		t.TLSClientConfig, scheme = tlsCfg.Clone(), "https://"
+	}
+	return &http.Client{Transport: t}, scheme
+}
+
+// memberTimeout bounds each member's answers to GET /v1/cluster/members: a
+// down member costs the page one second, not the request timeout.
+const memberTimeout = time.Second
+
+// members answers GET /v1/cluster/members: every member's own view of its
+// progress and readiness, asked in parallel over the members' APIs (which
+// a browser on one node cannot reach). The caller's Authorization header is
+// passed on, so the answer shows no more than the caller's token may read.
+func (s *Server) members(w http.ResponseWriter, r *http.Request) {
+	st, err := s.store.Status()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	hc, scheme := memberClient(s.opts.ForwardTLS) // per request: no pool to outlive the node
+	auth := r.Header.Get("Authorization")
+	out := make([]api.Member, len(st.Nodes))
+	last := make([]uint64, len(st.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range st.Nodes {
+		out[i] = api.Member{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, Voter: n.Voter, Leader: n.Leader}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			last[i] = askMember(r.Context(), hc, scheme, auth, &out[i])
+		}(i)
+	}
+	wg.Wait()
+	// Lag against the leader's log, when the leader answered.
+	var leaderLast uint64
+	known := false
+	for i, m := range out {
+		if m.Leader && m.Reachable {
+			leaderLast, known = last[i], true
+		}
+	}
+	for i := range out {
+		if known && out[i].Reachable {
+			lag := uint64(0)
+			if leaderLast > out[i].AppliedIndex {
+				lag = leaderLast - out[i].AppliedIndex
+			}
+			out[i].Lag = &lag
+		}
+	}
+	writeJSON(w, http.StatusOK, api.Members{Members: out})
+}
+
+// askMember fills m from the member's GET /v1/cluster and GET /readyz and
+// returns the member's last log index (0 when it did not answer).
+func askMember(ctx context.Context, hc *http.Client, scheme, auth string, m *api.Member) uint64 {
+	if m.HTTPAddr == "" {
+		m.Error = "no http address known"
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, memberTimeout)
+	defer cancel()
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+m.HTTPAddr+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		return hc.Do(req)
+	}
+	var ready bool
+	readyDone := make(chan struct{})
+	go func() {
+		defer close(readyDone)
+		resp, err := get("/readyz")
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		var v api.Ready
+		if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&v) == nil {
+			ready = resp.StatusCode == http.StatusOK && v.Ready
+		}
+	}()
+	defer func() { <-readyDone; m.Ready = ready && m.Reachable }()
+	resp, err := get("/v1/cluster")
+	if err != nil {
+		m.Error = fmt.Sprintf("asking %s: %v", m.HTTPAddr, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		m.Error = fmt.Sprintf("asking %s: status %d", m.HTTPAddr, resp.StatusCode)
+		return 0
+	}
+	var v api.Cluster
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
+		m.Error = fmt.Sprintf("asking %s: %v", m.HTTPAddr, err)
+		return 0
+	}
+	m.Reachable = true
+	m.Term, m.CommitIndex, m.AppliedIndex = v.Term, v.CommitIndex, v.AppliedIndex
+	return v.LastIndex
 }
 
 // membershipError gives a membership refusal its status: 400 naming the

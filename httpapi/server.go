@@ -112,6 +112,7 @@ func New(store Store, opts Options) *Server {
 	r.HandleFunc("/v1/locks", s.list).Methods(http.MethodGet)
 	r.HandleFunc("/v1/locks/{name:.+}", s.get).Methods(http.MethodGet)
 	r.HandleFunc("/v1/cluster", s.cluster).Methods(http.MethodGet)
+	r.HandleFunc("/v1/cluster/members", s.members).Methods(http.MethodGet)
 	r.HandleFunc("/v1/cluster/join", writeHandler(s, nil, s.join)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/cluster/leave", writeHandler(s, nil, s.leave)).Methods(http.MethodPost)
 	r.HandleFunc("/v1/cluster/transfer-leadership", writeHandler(s, nil, s.transfer)).Methods(http.MethodPost)

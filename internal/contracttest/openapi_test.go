@@ -268,6 +268,22 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	}
 	st, b := c.do(call{method: "GET", url: F + "/metrics"})
 	c.want(st, b, 200)
+	// Every member's own progress, asked by a follower: all reachable, all
+	// ready (each answered /readyz 200 above), the lag known.
+	clustertest.WaitFor(t, 10*time.Second, "every member reachable and ready", func() bool {
+		st, b := c.do(call{method: "GET", url: F + "/v1/cluster/members"})
+		c.want(st, b, 200)
+		ms := decode[api.Members](t, b)
+		if len(ms.Members) != len(cl.Nodes) {
+			return false
+		}
+		for _, m := range ms.Members {
+			if !m.Reachable || !m.Ready || m.Lag == nil || m.AppliedIndex == 0 || m.Term == 0 {
+				return false
+			}
+		}
+		return true
+	})
 
 	// Locks, through a follower (forwarded) and the leader.
 	st, b = c.do(call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"contract-a","owner":"worker-a","ttl_ms":10000}`})
@@ -432,12 +448,20 @@ func TestOpenAPIAuthErrors(t *testing.T) {
 	u := cl.Nodes[0].URL()
 	st, b := c.do(call{method: "GET", url: u + "/v1/cluster"})
 	c.want(st, b, 401)
+	st, b = c.do(call{method: "GET", url: u + "/v1/cluster/members"})
+	c.want(st, b, 401)
 	c.token = "unknown-token-unknown"
 	st, b = c.do(call{method: "GET", url: u + "/v1/locks"})
 	c.want(st, b, 401)
 	c.token = ro
 	st, b = c.do(call{method: "GET", url: u + "/v1/locks"})
 	c.want(st, b, 200)
+	// The member view passes the caller's token on: the node itself answers.
+	st, b = c.do(call{method: "GET", url: u + "/v1/cluster/members"})
+	c.want(st, b, 200)
+	if ms := decode[api.Members](t, b); len(ms.Members) != 1 || !ms.Members[0].Reachable {
+		t.Errorf("members with a read-only token: %s", b)
+	}
 	st, b = c.do(call{method: "POST", url: u + "/v1/locks/acquire", body: `{"name":"a","ttl_ms":10000}`})
 	c.want(st, b, 403)
 	c.token = rw
