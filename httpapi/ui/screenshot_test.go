@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +35,8 @@ func chromium(t *testing.T) string {
 
 // TestStatusPageInBrowser opens a follower's /ui/ in headless Chromium over
 // a real 3-node cluster with a held lock, and checks that the page, once its
-// script has polled, names the leader and shows the lock with its holder and
-// token. The screenshot stays as an artifact; its path is logged.
+// script has polled, names the leader, shows the lock with its holder and
+// token, and shows every member's applied index and readiness. The screenshot stays as an artifact; its path is logged.
 func TestStatusPageInBrowser(t *testing.T) {
 	bin := chromium(t)
 	if testing.Short() {
@@ -97,6 +99,24 @@ func TestStatusPageInBrowser(t *testing.T) {
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("the rendered page lacks %s; DOM:\n%s", want, dom)
+		}
+	}
+	// Every member's own applied index (at least the grant's, applied on
+	// every node above) and readiness, though the page is on one follower.
+	for _, n := range cl.Nodes {
+		row := regexp.MustCompile(`<tr data-node="` + regexp.QuoteMeta(n.ID) + `">(.*?)</tr>`).FindStringSubmatch(dom)
+		if row == nil {
+			t.Errorf("no row for %s in the members table", n.ID)
+			continue
+		}
+		applied := regexp.MustCompile(`data-col="applied">(\d+)<`).FindStringSubmatch(row[1])
+		if applied == nil {
+			t.Errorf("row of %s shows no applied index: %s", n.ID, row[1])
+		} else if v, _ := strconv.ParseUint(applied[1], 10, 64); v < lease.FencingToken {
+			t.Errorf("row of %s shows applied index %d, below the grant's %d", n.ID, v, lease.FencingToken)
+		}
+		if !regexp.MustCompile(`data-col="ready">yes<`).MatchString(row[1]) {
+			t.Errorf("row of %s does not show ready yes: %s", n.ID, row[1])
 		}
 	}
 	run("--screenshot="+shot, page)

@@ -1,8 +1,9 @@
 // Package ui is the status page every node serves at /ui/: plain HTML, CSS
 // and a little JavaScript embedded in the binary, no build step. The page
 // holds no data itself; its script polls the node's JSON API (GET
-// /v1/cluster, /readyz, /v1/locks) with the bearer token the user pastes,
-// so it shows no more than that token may read.
+// /v1/cluster, /v1/cluster/members, /readyz, /v1/locks) with the bearer
+// token the user pastes, so it shows no more than that token may read.
+// Recent changes are found by diffing successive lock lists in the page.
 package ui
 
 import (

@@ -55,7 +55,7 @@ func TestPageReferencesOnlyEmbeddedAssets(t *testing.T) {
 	}
 	// The script reads only the node's own JSON API, by relative paths.
 	_, js := get(t, h, Prefix+"app.js")
-	for _, want := range []string{`"/v1/cluster"`, `"/readyz"`, `"/v1/locks?"`, `"Authorization"`} {
+	for _, want := range []string{`"/v1/cluster"`, `"/v1/cluster/members"`, `"/readyz"`, `"/v1/locks?"`, `"Authorization"`} {
 		if !strings.Contains(js, want) {
 			t.Errorf("app.js does not use %s", want)
 		}

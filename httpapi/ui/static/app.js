@@ -52,8 +52,10 @@ function errorText(what, r) {
   return what + ": " + detail;
 }
 
+// Each member's own applied index and readiness come from
+// /v1/cluster/members: this node asks the others, which the browser cannot.
 async function pollCluster() {
-  const [c, ready] = await Promise.all([getJSON("/v1/cluster"), getJSON("/readyz")]);
+  const [c, ready, mem] = await Promise.all([getJSON("/v1/cluster"), getJSON("/readyz"), getJSON("/v1/cluster/members")]);
   if (c.node) $("node").textContent = "node " + c.node;
   const isReady = ready.status === 200 && ready.body && ready.body.ready === true;
   $("ready").textContent = isReady ? "yes" : "no";
@@ -67,7 +69,12 @@ async function pollCluster() {
   $("term").textContent = String(v.term);
   $("self").textContent = v.id;
   $("indexes").textContent = v.last_index + " / " + v.commit_index + " / " + v.applied_index;
+  const byID = {};
+  if (mem.status === 200 && mem.body) {
+    for (const m of mem.body.members || []) byID[m.id] = m;
+  }
   const rows = (v.nodes || []).map((n) => {
+    const m = byID[n.id];
     const tr = document.createElement("tr");
     tr.dataset.node = n.id;
     cell(tr, n.id + (n.id === v.id ? " (this node)" : ""));
@@ -75,12 +82,70 @@ async function pollCluster() {
     cell(tr, role, n.leader ? "leader" : "");
     cell(tr, n.raft_addr);
     cell(tr, n.http_addr || "—");
-    cell(tr, n.id === v.id ? String(v.applied_index) : "—", "num");
-    cell(tr, n.id === v.id ? (isReady ? "yes" : "no") : "—", n.id === v.id ? (isReady ? "good" : "bad") : "");
+    const known = m && m.reachable;
+    cell(tr, known ? String(m.term) : "—", "num").dataset.col = "term";
+    cell(tr, known ? String(m.applied_index) : "—", "num").dataset.col = "applied";
+    cell(tr, known && m.lag !== undefined ? String(m.lag) : "—", "num").dataset.col = "lag";
+    const rd = !m ? "—" : (m.ready ? "yes" : "no");
+    const td = cell(tr, rd, !m ? "" : (m.ready ? "good" : "bad"));
+    td.dataset.col = "ready";
+    if (m && !m.reachable) td.title = m.error || "not reachable";
     return tr;
   });
   fillRows($("nodes"), rows);
+  if (mem.status !== 200) return errorText("members", mem);
   return "";
+}
+
+// Recent changes: what differs between two successive lock lists. Changes
+// that come and go within one poll are not seen; a new token always is.
+const MAX_CHANGES = 20;
+let seen = null; // name -> {owner, token, value} from the last list, null before the first
+let seenPrefix = null;
+let seenIndex = -1;
+const changes = [];
+
+function noteChanges(prefix, body) {
+  if (prefix !== seenPrefix) {
+    seen = null;
+    seenPrefix = prefix;
+    seenIndex = -1;
+    changes.length = 0;
+  }
+  if (body.index === seenIndex) return; // nothing under the prefix changed
+  const now = {};
+  for (const l of body.locks) now[l.name] = { owner: l.owner, token: l.fencing_token, value: l.value || "" };
+  if (seen !== null) {
+    const found = [];
+    for (const [name, l] of Object.entries(now)) {
+      const was = seen[name];
+      if (!was || was.token !== l.token) {
+        found.push([name, "held by " + (l.owner || "(no owner)") + " (token " + l.token + ")"]);
+      } else if (was.value !== l.value) {
+        found.push([name, "value changed"]);
+      }
+    }
+    // A truncated list leaves locks out: their absence says nothing.
+    if (!body.truncated) {
+      for (const name of Object.keys(seen)) {
+        if (!(name in now)) found.push([name, "freed"]);
+      }
+    }
+    const at = new Date().toLocaleTimeString();
+    for (const [name, what] of found) changes.unshift({ at, name, what, index: body.index });
+    changes.length = Math.min(changes.length, MAX_CHANGES);
+  }
+  seen = now;
+  seenIndex = body.index;
+  fillRows($("changes"), changes.map((ch) => {
+    const tr = document.createElement("tr");
+    tr.dataset.change = ch.name;
+    cell(tr, ch.at);
+    cell(tr, ch.name);
+    cell(tr, ch.what);
+    cell(tr, String(ch.index), "num");
+    return tr;
+  }));
 }
 
 async function pollLocks() {
@@ -101,6 +166,7 @@ async function pollLocks() {
   });
   fillRows($("locks"), rows);
   $("lockcount").textContent = r.body.locks.length + (r.body.truncated ? "+ (first 200 shown)" : "") + " held";
+  noteChanges(prefix, r.body);
   return "";
 }
 
