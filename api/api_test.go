@@ -45,7 +45,7 @@ func TestNewLeaseID(t *testing.T) {
 // TestWireShapes pins the bodies to docs/API.md: names, order and what is
 // left out. A change here breaks clients.
 func TestWireShapes(t *testing.T) {
-	ttl := int64(10000)
+	ttl, zero := int64(10000), int64(0)
 	for _, tc := range []struct {
 		body any
 		want string
@@ -67,8 +67,9 @@ func TestWireShapes(t *testing.T) {
 		{Released{Released: true}, `{"released":true}`},
 		{Released{Released: true, Holder: &Holder{"o", 7}}, `{"released":true,"holder":{"owner":"o","fencing_token":7}}`},
 		{Released{}, `{"released":false}`},
-		{Lock{"a", true, "o", 7, 1000, "", 9}, `{"name":"a","held":true,"owner":"o","fencing_token":7,"ttl_ms":1000,"index":9}`},
-		{Lock{"a", true, "o", 7, 1000, "v", 9}, `{"name":"a","held":true,"owner":"o","fencing_token":7,"ttl_ms":1000,"value":"v","index":9}`},
+		{Lock{Name: "a", Held: true, Owner: "o", FencingToken: 7, TTLMs: 1000, Index: 9}, `{"name":"a","held":true,"owner":"o","fencing_token":7,"ttl_ms":1000,"index":9}`},
+		{Lock{Name: "a", Held: true, Owner: "o", FencingToken: 7, TTLMs: 1000, Value: "v", Index: 9}, `{"name":"a","held":true,"owner":"o","fencing_token":7,"ttl_ms":1000,"value":"v","index":9}`},
+		{Lock{Name: "a", Held: true, Owner: "o", FencingToken: 7, TTLMs: 1000, RemainingMs: &zero, Waiters: 2, Index: 9}, `{"name":"a","held":true,"owner":"o","fencing_token":7,"ttl_ms":1000,"remaining_ms":0,"waiters":2,"index":9}`},
 		{FreeLock{Name: "a"}, `{"name":"a","held":false,"index":0}`},
 		{FreeLock{Name: "a", Index: 12}, `{"name":"a","held":false,"index":12}`},
 		{LockList{Locks: []Lock{}}, `{"locks":[],"truncated":false,"index":0}`},

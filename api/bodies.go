@@ -118,6 +118,13 @@ type Lock struct {
 	TTLMs        int64  `json:"ttl_ms"`
 	// Value is what the holder published (acquire's or update's value).
 	Value string `json:"value,omitempty"`
+	// RemainingMs is the lease's time left, on the leader's projection of
+	// the FSM clock; only in reads answered by the leader (linearizable
+	// reads, and stale reads that reach the leader).
+	RemainingMs *int64 `json:"remaining_ms,omitempty"`
+	// Waiters is how many acquires are parked for the lock on the leader;
+	// absent when none are, or the read was answered by a follower.
+	Waiters int `json:"waiters,omitempty"`
 	// Index is the Raft index of the entry that last changed the lock
 	// (grant, a renew that changed the TTL, value update, release, expiry);
 	// blocking reads wait for it to pass a given index.

@@ -15,9 +15,18 @@ import (
 	"github.com/raftlock/raftlock/internal/store"
 )
 
-// viewOf is a lock as reads show it: never with its lease_id.
-func viewOf(l fsm.Lock) api.Lock {
-	return api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: l.Index}
+// viewOf is a lock as reads show it: never with its lease_id. A leader's
+// view adds its time left and parked acquires (store.LeaseView).
+func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
+	v := api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: l.Index}
+	if lv, ok := m.(store.LeaseView); ok {
+		if d, ok := lv.Remaining(l); ok {
+			ms := d.Milliseconds()
+			v.RemainingMs = &ms
+		}
+		v.Waiters = lv.Waiters(l.Name)
+	}
+	return v
 }
 
 // outcome turns the state machine's result into the contract's answer.
@@ -144,7 +153,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	}
 	s.read(w, r, watchKey{key: name}, func(m store.LockReader) (any, uint64) {
 		if l, ok := m.Get(name); ok {
-			return viewOf(l), l.Index
+			return viewOf(m, l), l.Index
 		}
 		idx := m.Index(name)
 		return api.FreeLock{Name: name, Index: idx}, idx
@@ -175,7 +184,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		locks, truncated := m.List(prefix, limit)
 		views := make([]api.Lock, len(locks))
 		for i, l := range locks {
-			views[i] = viewOf(l)
+			views[i] = viewOf(m, l)
 		}
 		idx := m.PrefixIndex(prefix)
 		return api.LockList{Locks: views, Truncated: truncated, Index: idx}, idx

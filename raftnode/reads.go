@@ -62,6 +62,9 @@ func (n *Node) Read(ctx context.Context, stale bool) (store.LockReader, error) {
 		return nil, ErrDiverged // its state is not the cluster's, stale or not
 	}
 	if stale {
+		if n.IsLeader() {
+			return leaderReader{lockReader{n.machine}, n}, nil
+		}
 		return lockReader{n.machine}, nil
 	}
 	if !n.IsLeader() {
@@ -77,7 +80,7 @@ func (n *Node) Read(ctx context.Context, stale bool) (store.LockReader, error) {
 	if err := n.waitApplied(ctx, commit); err != nil {
 		return nil, err
 	}
-	return lockReader{n.machine}, nil
+	return leaderReader{lockReader{n.machine}, n}, nil
 }
 
 // lockReader is the read-only part of the machine.
@@ -89,6 +92,40 @@ func (r lockReader) List(prefix string, limit int) ([]fsm.Lock, bool) {
 }
 func (r lockReader) Index(name string) uint64         { return r.m.Index(name) }
 func (r lockReader) PrefixIndex(prefix string) uint64 { return r.m.PrefixIndex(prefix) }
+
+// leaderReader is a leader's view: it also says a lock's time left and
+// its parked acquires (store.LeaseView).
+type leaderReader struct {
+	lockReader
+	n *Node
+}
+
+func (r leaderReader) Remaining(l fsm.Lock) (time.Duration, bool) {
+	n := r.n
+	if !n.IsLeader() {
+		return 0, false
+	}
+	c := n.machine.Clock()
+	if c.Term != n.raft.CurrentTerm() {
+		return 0, false // no stamp of this term: the base is not this leader's clock
+	}
+	// The FSM clock now, had an entry been stamped at this instant (as in
+	// untilNextTick).
+	projected := c.Now + (n.clock.Now() - c.Stamp)
+	return time.Duration(max(l.Deadline-projected, 0)), true
+}
+
+func (r leaderReader) Waiters(name string) int { return r.n.waiters.parked(name) }
+
+// parked is how many acquires wait for name.
+func (q *waitQueue) parked(name string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if lq := q.locks[name]; lq != nil {
+		return len(lq.waiters)
+	}
+	return 0
+}
 
 func (n *Node) waitApplied(ctx context.Context, index uint64) error {
 	if n.AppliedThrough(index) {

@@ -10,6 +10,7 @@ package store
 
 import (
 	"errors"
+	"time"
 
 	"github.com/raftlock/raftlock/fsm"
 )
@@ -68,6 +69,19 @@ type LockReader interface {
 	Index(name string) uint64
 	// PrefixIndex returns the highest such index under prefix.
 	PrefixIndex(prefix string) uint64
+}
+
+// LeaseView is what a leader's LockReader adds, for reads to show: a held
+// lock's time left and the acquires parked for it. Readers that cannot say
+// (a follower's stale view, test fakes) do not implement it; httpapi asks
+// by type assertion.
+type LeaseView interface {
+	// Remaining is l's deadline on the FSM clock minus the leader's
+	// projection of that clock now (at least 0), and false when this node
+	// cannot project it (not leading, or no stamp of its term yet).
+	Remaining(l fsm.Lock) (time.Duration, bool)
+	// Waiters is how many acquires are parked for name on this leader.
+	Waiters(name string) int
 }
 
 // Status describes the cluster as a node sees it.
