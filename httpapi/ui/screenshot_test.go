@@ -101,6 +101,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("the rendered page lacks %s; DOM:\n%s", want, dom)
 		}
 	}
+	// The lock's time left, read from the leader through the follower.
+	if m := regexp.MustCompile(`data-col="left">([0-9.]+ (?:min|s|ms)) of 10\.0 min<`).FindStringSubmatch(dom); m == nil {
+		t.Errorf("the lock row shows no time left; DOM:\n%s", dom)
+	}
 	// Every member's own applied index (at least the grant's, applied on
 	// every node above) and readiness, though the page is on one follower.
 	for _, n := range cl.Nodes {

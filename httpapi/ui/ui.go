@@ -3,7 +3,9 @@
 // holds no data itself; its script polls the node's JSON API (GET
 // /v1/cluster, /v1/cluster/members, /readyz, /v1/locks) with the bearer
 // token the user pastes, so it shows no more than that token may read.
-// Recent changes are found by diffing successive lock lists in the page.
+// Locks are read linearizably (the leader adds time left and waiters),
+// stale when no leader answers. Recent changes are found by diffing
+// successive lock lists in the page.
 package ui
 
 import (

@@ -148,10 +148,19 @@ function noteChanges(prefix, body) {
   }));
 }
 
+// Locks are read linearizably, so the leader answers (through this node)
+// with each lock's time left and waiters; without a leader the page falls
+// back to this node's stale state, which shows neither.
 async function pollLocks() {
   const prefix = $("prefix").value;
-  const q = new URLSearchParams({ prefix, limit: "200", stale: "true" });
-  const r = await getJSON("/v1/locks?" + q.toString());
+  const q = new URLSearchParams({ prefix, limit: "200" });
+  let r = await getJSON("/v1/locks?" + q.toString());
+  let stale = false;
+  if (r.status !== 200 && r.status !== 401 && r.status !== 403) {
+    q.set("stale", "true");
+    r = await getJSON("/v1/locks?" + q.toString());
+    stale = true;
+  }
   if (r.status !== 200 || !r.body) {
     return errorText("locks", r);
   }
@@ -161,9 +170,12 @@ async function pollLocks() {
     cell(tr, l.name);
     cell(tr, l.owner || "(no owner)");
     cell(tr, String(l.fencing_token), "num");
-    cell(tr, fmtMs(l.ttl_ms), "num");
+    const left = l.remaining_ms !== undefined ? fmtMs(l.remaining_ms) + " of " + fmtMs(l.ttl_ms) : "? of " + fmtMs(l.ttl_ms);
+    cell(tr, left, "num").dataset.col = "left";
+    cell(tr, l.waiters ? String(l.waiters) : (stale ? "?" : "0"), "num").dataset.col = "waiters";
     return tr;
   });
+  $("lockmode").textContent = stale ? "No leader answered: this node's own, possibly lagging, state; time left and waiters unknown." : "";
   fillRows($("locks"), rows);
   $("lockcount").textContent = r.body.locks.length + (r.body.truncated ? "+ (first 200 shown)" : "") + " held";
   noteChanges(prefix, r.body);
