@@ -473,6 +473,47 @@ func (m *Machine) Get(name string) (Lock, bool) {
 	return e.lock, true
 }
 
+// Lookup returns lock name if it is held, and the index of its last change,
+// read together: a reader that paired a state with an index read apart from
+// it could report a release at the grant's index (or the reverse), and a
+// watcher waiting past that index would never hear of the change.
+func (m *Machine) Lookup(name string) (l Lock, held bool, index uint64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if e, ok := m.locks[name]; ok && !e.delayed {
+		return e.lock, true, e.lock.Index
+	}
+	return Lock{}, false, m.indexOf(name)
+}
+
+// ListIndexed is List and PrefixIndex read together, for the same reason
+// as Lookup.
+func (m *Machine) ListIndexed(prefix string, limit int) ([]Lock, bool, uint64) {
+	m.mu.RLock()
+	var out []Lock
+	hi := m.floor
+	for name, e := range m.locks {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		hi = max(hi, e.lock.Index)
+		if !e.delayed {
+			out = append(out, e.lock)
+		}
+	}
+	for name, t := range m.tombs {
+		if t.index > hi && strings.HasPrefix(name, prefix) {
+			hi = t.index
+		}
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if limit > 0 && len(out) > limit {
+		return out[:limit], true, hi
+	}
+	return out, false, hi
+}
+
 // List returns held locks whose names start with prefix, sorted by name, at
 // most limit of them (limit <= 0: all), and whether more matched.
 func (m *Machine) List(prefix string, limit int) ([]Lock, bool) {

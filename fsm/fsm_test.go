@@ -366,3 +366,35 @@ func TestExpiriesPerEntryAreBounded(t *testing.T) {
 		t.Fatal("the new lease has no timer")
 	}
 }
+
+// Lookup and ListIndexed read a lock's state and its index at one point of
+// the log (third review): acquires land at odd indexes and releases at even
+// ones, so a held answer must carry an odd index and a free one an even
+// index, however the reads interleave with the applies.
+func TestLookupPairsStateWithItsIndex(t *testing.T) {
+	m := New()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := uint64(1); i < 4000; i += 2 {
+			m.ApplyCommand(i, 1, Command{Op: OpAcquire, Name: "a", LeaseID: "la", TTL: 60_000})
+			m.ApplyCommand(i+1, 1, Command{Op: OpRelease, Name: "a", LeaseID: "la"})
+		}
+	}()
+	check := func(held bool, index uint64) {
+		if index != 0 && held != (index%2 == 1) {
+			t.Fatalf("held=%v with index %d: the state and the index come from different points of the log", held, index)
+		}
+	}
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		_, held, index := m.Lookup("a")
+		check(held, index)
+		locks, _, hi := m.ListIndexed("", 0)
+		check(len(locks) == 1, hi)
+	}
+}

@@ -152,10 +152,10 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.read(w, r, watchKey{key: name}, func(m store.LockReader) (any, uint64) {
-		if l, ok := m.Get(name); ok {
-			return viewOf(m, l), l.Index
+		l, held, idx := m.Lookup(name)
+		if held {
+			return viewOf(m, l), idx
 		}
-		idx := m.Index(name)
 		return api.FreeLock{Name: name, Index: idx}, idx
 	})
 }
@@ -181,12 +181,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	s.read(w, r, watchKey{key: prefix, prefix: true}, func(m store.LockReader) (any, uint64) {
-		locks, truncated := m.List(prefix, limit)
+		locks, truncated, idx := m.ListIndexed(prefix, limit)
 		views := make([]api.Lock, len(locks))
 		for i, l := range locks {
 			views[i] = viewOf(m, l)
 		}
-		idx := m.PrefixIndex(prefix)
 		return api.LockList{Locks: views, Truncated: truncated, Index: idx}, idx
 	})
 }

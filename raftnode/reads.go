@@ -92,6 +92,12 @@ func (r lockReader) List(prefix string, limit int) ([]fsm.Lock, bool) {
 }
 func (r lockReader) Index(name string) uint64         { return r.m.Index(name) }
 func (r lockReader) PrefixIndex(prefix string) uint64 { return r.m.PrefixIndex(prefix) }
+func (r lockReader) Lookup(name string) (fsm.Lock, bool, uint64) {
+	return r.m.Lookup(name)
+}
+func (r lockReader) ListIndexed(prefix string, limit int) ([]fsm.Lock, bool, uint64) {
+	return r.m.ListIndexed(prefix, limit)
+}
 
 // leaderReader is a leader's view: it also says a lock's time left and
 // its parked acquires (store.LeaseView).

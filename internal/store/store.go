@@ -69,6 +69,11 @@ type LockReader interface {
 	Index(name string) uint64
 	// PrefixIndex returns the highest such index under prefix.
 	PrefixIndex(prefix string) uint64
+	// Lookup is Get and Index read at one point of the log, and ListIndexed
+	// is List and PrefixIndex: an answer must pair a state with its own
+	// index (fsm.Machine.Lookup).
+	Lookup(name string) (l fsm.Lock, held bool, index uint64)
+	ListIndexed(prefix string, limit int) ([]fsm.Lock, bool, uint64)
 }
 
 // LeaseView is what a leader's LockReader adds, for reads to show: a held
