@@ -135,8 +135,8 @@ func TestVersion1SnapshotReadable(t *testing.T) {
 	if m.Index("a") != 0 || m.Index("b") != 0 || m.Clock().Index != 42 {
 		t.Fatalf("indexes %d %d, clock %+v", m.Index("a"), m.Index("b"), m.Clock())
 	}
-	if _, err := ForgetClockTerm(b); err != nil {
-		t.Fatalf("ForgetClockTerm on v1: %v", err)
+	if _, err := PrepareRestore(b, 100); err != nil {
+		t.Fatalf("PrepareRestore on v1: %v", err)
 	}
 	// Written back, it is version 2.
 	if s := snapshotBytes(t, m); s[len(snapshotMagic)] != snapshotVersion {

@@ -26,33 +26,37 @@ const (
 // ErrBadSnapshot is returned by Restore for data it cannot read.
 var ErrBadSnapshot = errors.New("fsm: malformed snapshot")
 
-// ForgetClockTerm returns snap with its clock's term set to 0, a term no log
-// entry has. A snapshot restored from a backup through Raft then starts the
-// FSM clock afresh at the next entry, as a new leader's first entry does,
-// instead of adding the time since the backup was taken, which would
-// shorten the restored leases when the backup came from the current term.
-// Leases are only ever lengthened by it.
-func ForgetClockTerm(snap []byte) ([]byte, error) {
-	if !bytes.HasPrefix(snap, []byte(snapshotMagic)) {
-		return nil, fmt.Errorf("%w: no magic", ErrBadSnapshot)
+// PrepareRestore rewrites a snapshot that is about to replace a running
+// cluster's state (a backup restored through Raft), at index or later:
+//   - its clock's term becomes 0, a term no log entry has, so the next entry
+//     starts the FSM clock afresh, as a new leader's first entry does,
+//     instead of adding the time since the backup was taken (which would
+//     shorten the restored leases when the backup came from the current
+//     term);
+//   - every lock's index, every tombstone and the floor become at least
+//     index: the restore changed every lock, and indexes must never go down
+//     for watchers that saw later ones before it.
+//
+// Every replica installs the same rewritten bytes, so they stay identical.
+func PrepareRestore(snap []byte, index uint64) ([]byte, error) {
+	m := New()
+	if err := m.Restore(bytes.NewReader(snap)); err != nil {
+		return nil, err
 	}
-	p := len(snapshotMagic)
-	v, k := binary.Uvarint(snap[p:])
-	if k <= 0 || (v != snapshotVersion && v != snapshotVersion1) {
-		return nil, fmt.Errorf("%w: version %d not understood", ErrBadSnapshot, v)
+	m.clock.Term = 0
+	for _, e := range m.locks {
+		e.lock.Index = max(e.lock.Index, index)
 	}
-	p += k
-	if _, k = binary.Varint(snap[p:]); k <= 0 { // clock.Now
-		return nil, fmt.Errorf("%w: clock unreadable", ErrBadSnapshot)
+	for _, t := range m.tombs {
+		t.index = max(t.index, index)
 	}
-	p += k
-	if _, k = binary.Uvarint(snap[p:]); k <= 0 { // clock.Term
-		return nil, fmt.Errorf("%w: clock unreadable", ErrBadSnapshot)
+	heap.Init(&m.tombHeap)
+	m.floor = max(m.floor, index)
+	var out bytes.Buffer
+	if _, err := m.Snapshot().WriteTo(&out); err != nil {
+		return nil, err
 	}
-	out := make([]byte, 0, len(snap))
-	out = append(out, snap[:p]...)
-	out = binary.AppendUvarint(out, 0)
-	return append(out, snap[p+k:]...), nil
+	return out.Bytes(), nil
 }
 
 // Snapshot is a point-in-time copy of the state, taken under the lock so it

@@ -72,16 +72,20 @@ func TestRestoreRejectsGarbage(t *testing.T) {
 }
 
 // A backup restored through Raft must not have the time since it was taken
-// subtracted from its leases: ForgetClockTerm zeroes only the clock's term.
-func TestForgetClockTermChangesOnlyTheTerm(t *testing.T) {
+// subtracted from its leases (the clock's term becomes 0), and no lock's
+// index may go down for a watcher (every index becomes at least the
+// restore's); nothing else changes.
+func TestPrepareRestoreForgetsTheTermAndRaisesIndexes(t *testing.T) {
 	m := New()
 	m.ApplyCommand(5, 3, Command{Op: OpAcquire, Stamp: 1e9, Name: "a", LeaseID: "la", TTL: 10_000})
-	m.ApplyCommand(6, 3, Command{Op: OpTick, Stamp: 4e9})
+	m.ApplyCommand(6, 3, Command{Op: OpAcquire, Stamp: 1e9, Name: "b", LeaseID: "lb", TTL: 10_000})
+	m.ApplyCommand(7, 3, Command{Op: OpRelease, Stamp: 2e9, Name: "b", LeaseID: "lb"})
+	m.ApplyCommand(8, 3, Command{Op: OpTick, Stamp: 4e9})
 	var buf bytes.Buffer
 	if _, err := m.Snapshot().WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
-	out, err := ForgetClockTerm(buf.Bytes())
+	out, err := PrepareRestore(buf.Bytes(), 50)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +96,21 @@ func TestForgetClockTermChangesOnlyTheTerm(t *testing.T) {
 	want := m.Clock()
 	want.Term = 0
 	if got := r.Clock(); got != want {
-		t.Fatalf("clock after ForgetClockTerm = %+v, want %+v", got, want)
+		t.Fatalf("clock after PrepareRestore = %+v, want %+v", got, want)
 	}
-	if l, ok := r.Get("a"); !ok || l.Token != 5 {
-		t.Fatalf("lock a = %+v, %v; want held with token 5", l, ok)
+	l, held, idx := r.Lookup("a")
+	if !held || l.Token != 5 || l.LeaseID != "la" || idx != 50 {
+		t.Fatalf("lock a = %+v held=%v index %d; want held with token 5 at index 50", l, held, idx)
+	}
+	if _, held, idx := r.Lookup("b"); held || idx != 50 {
+		t.Fatalf("lock b held=%v index %d; want free at index 50", held, idx)
+	}
+	if idx := r.Index("never-held"); idx != 50 {
+		t.Fatalf("a lock never held reads index %d after the restore, want the floor 50", idx)
 	}
 	for _, bad := range [][]byte{nil, []byte("RAFTLOCK-SNAP"), []byte("NOT-A-SNAPSHOT")} {
-		if _, err := ForgetClockTerm(bad); !errors.Is(err, ErrBadSnapshot) {
-			t.Errorf("ForgetClockTerm(%q) = %v, want ErrBadSnapshot", bad, err)
+		if _, err := PrepareRestore(bad, 50); !errors.Is(err, ErrBadSnapshot) {
+			t.Errorf("PrepareRestore(%q) = %v, want ErrBadSnapshot", bad, err)
 		}
 	}
 }

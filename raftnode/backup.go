@@ -177,12 +177,14 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 	if err != nil {
 		return BackupInfo{}, err
 	}
-	snap, err = fsm.ForgetClockTerm(snap)
-	if err != nil {
-		return BackupInfo{}, fmt.Errorf("%w: %w", ErrBadBackup, err)
-	}
 	if !n.IsLeader() {
 		return BackupInfo{}, ErrNotLeader
+	}
+	// Raft installs the backup past its last index; every lock's index
+	// becomes at least that, so none goes down for a watcher.
+	snap, err = fsm.PrepareRestore(snap, max(info.Index, n.raft.LastIndex())+1)
+	if err != nil {
+		return BackupInfo{}, fmt.Errorf("%w: %w", ErrBadBackup, err)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(len(snap))}
 	if err := n.raft.Restore(meta, bytes.NewReader(snap), n.timeoutFrom(ctx)); err != nil {
