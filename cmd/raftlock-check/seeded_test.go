@@ -70,10 +70,13 @@ func build(t *testing.T) {
 // runChecker runs a short check and returns its exit status and report.
 func runChecker(t *testing.T, bin string, env []string, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	out := filepath.Join(t.TempDir(), "run")
-	args = append([]string{"--raftlock-bin", bins.raftlock, "--out", out, "--snapshot-wait", "0"}, args...)
+	// A history with a violation can send porcupine on a long search (a
+	// 20%-fast clock's run once spent over a minute there on a loaded
+	// machine); bound it, so the run ends with its verdicts in time.
+	args = append([]string{"--raftlock-bin", bins.raftlock, "--out", out, "--snapshot-wait", "0", "--lin-timeout", "20s"}, args...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var buf bytes.Buffer
