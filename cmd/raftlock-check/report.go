@@ -21,6 +21,7 @@ type property struct {
 	violations []model.Violation
 	note       string
 	unknown    bool // the check could not decide (porcupine timed out)
+	notChecked bool // the check could not run; does not fail the run
 }
 
 type report struct {
@@ -91,7 +92,8 @@ func (r *runner) check() error {
 	}
 	e.note = strings.Join(notes, "; ")
 	rep.props = append(rep.props, e,
-		property{id: "f", name: "lock indexes never go backwards (reads)", violations: model.IndexOrder(ops)})
+		property{id: "f", name: "lock indexes never go backwards (reads)", violations: model.IndexOrder(ops)},
+		stateVerdict(r.stateCk))
 	for _, f := range r.faults {
 		if f.Kind != faults.LeaderKill || f.Err != "" {
 			continue
@@ -195,6 +197,8 @@ func (rep *report) print(r *runner) {
 			verdict = fmt.Sprintf("FAIL (%d)", len(p.violations))
 		case p.unknown:
 			verdict = "UNDECIDED (porcupine timed out)"
+		case p.notChecked:
+			verdict = "NOT CHECKED"
 		}
 		fmt.Fprintf(w, "  (%s) %-48s %s\n", p.id, p.name, verdict)
 		if p.note != "" {

@@ -147,6 +147,7 @@ type runner struct {
 	finalErrs []model.Violation
 	nodes     []model.NodeState
 	notReady  []string
+	stateCk   stateCheck // (g)
 	rep       report
 }
 
@@ -346,6 +347,7 @@ func (r *runner) finish(ctx context.Context) {
 		}
 	}
 	r.logf("workload stopped")
+	r.stateCk.why = "the final check did not run"
 	for _, n := range r.c.Nodes {
 		if !n.Running() {
 			n.Start()
@@ -356,6 +358,7 @@ func (r *runner) finish(ctx context.Context) {
 	defer cancel()
 	if _, err := r.c.WaitReady(rctx); err != nil {
 		r.finalErrs = append(r.finalErrs, model.Violation{Property: "d", Detail: "cluster not ready for the final check: " + err.Error()})
+		r.stateCk.why = "cluster not ready at the end: " + err.Error()
 		return
 	}
 	j, err := history.Create(filepath.Join(r.dir, "journal", "c0.jsonl"))
@@ -402,6 +405,12 @@ func (r *runner) finish(ctx context.Context) {
 	}
 	r.nodes = r.readFinal(rctx)
 	r.logf("final state read from %d nodes", len(r.nodes))
+	r.stateCk = r.runStateCheck(ctx)
+	if r.stateCk.ran {
+		r.logf("state check at index %d read from %d nodes", r.stateCk.index, len(r.stateCk.nodes))
+	} else {
+		r.logf("state check not run: %s", r.stateCk.why)
+	}
 }
 
 // readFinal waits until every node has applied what the leader committed,
