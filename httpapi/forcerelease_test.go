@@ -1,12 +1,10 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,30 +12,12 @@ import (
 	"github.com/raftlock/raftlock/internal/store"
 )
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A force release needs an admin token (403 for read-write, and the store
 // sees nothing), ends the holder's lease, names the caller in the log, and
 // answers released:false when no lease held the lock.
 func TestForceReleaseNeedsAdmin(t *testing.T) {
 	f := newLeader("n1")
-	var logs syncBuffer
+	var logs syncLog
 	s := New(f, Options{LeaderWait: testLeaderWait, Metrics: http.NotFoundHandler(), Tokens: testTokens(t),
 		Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})})
 	rec := do(t, s, "POST", "/v1/locks/acquire", `{"name":"a","owner":"worker-1","ttl_ms":10000,"lock_delay_ms":500}`, "Authorization", "Bearer "+tokRW)

@@ -2,11 +2,10 @@ package raftnode
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 )
 
@@ -113,7 +112,7 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 		return fsm.Result{}, err // a value needs format 4: refused before it parks
 	}
 	if cmd.LeaseID == "" {
-		cmd.LeaseID = NewLeaseID()
+		cmd.LeaseID = api.NewLeaseID()
 	}
 	if held, term, ok := n.heldHere(cmd); ok {
 		if err := n.raft.VerifyLeader().Error(); err != nil {
@@ -177,13 +176,4 @@ func (n *Node) Waiters() int { return n.waiters.size() }
 func (n *Node) apply(cmd fsm.Command) (fsm.Result, error) {
 	r, _, err := n.applyExt(cmd, extension{})
 	return r, err
-}
-
-// NewLeaseID returns a random 128-bit lease id in URL-safe base64.
-func NewLeaseID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(fmt.Sprintf("raftnode: no randomness for a lease id: %v", err))
-	}
-	return base64.RawURLEncoding.EncodeToString(b[:])
 }
