@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/raftlock/raftlock/fsm"
 )
@@ -112,10 +113,13 @@ func (n *Node) barrier(ctx context.Context, log hclog.Logger) bool {
 		if n.cfg.barrier != nil {
 			err = n.cfg.barrier()
 		} else {
-			err = n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+			err = awaitFuture(ctx, n.raft.Barrier(n.cfg.ApplyTimeout))
 		}
 		if err == nil {
 			return true
+		}
+		if ctx.Err() != nil {
+			return false
 		}
 		log.Warn("barrier failed; retrying while leading", "error", err)
 		select {
@@ -123,6 +127,21 @@ func (n *Node) barrier(ctx context.Context, log hclog.Logger) bool {
 			return false
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// awaitFuture waits for f, or until ctx ends. A Barrier future that raft
+// dropped while shutting down was seen never to answer (a CI run hung in
+// Node.Close, waiting for the leader loop that waited for it); the leader
+// loop must end with its term and with the node, whatever raft does.
+func awaitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
