@@ -39,7 +39,21 @@ const (
 	FWrite  = "fwrite" // fenced register write
 	URead   = "uread"  // unfenced register read
 	UWrite  = "uwrite" // unfenced register write
+
+	// Sessions (issue 15): Session names the session; a session's Renew
+	// journals the TTL it keeps (TTLMs), as a lock renew does.
+	SessCreate = "session-create"
+	SessRenew  = "session-renew"
+	SessClose  = "session-close"
+	// Semaphore permits: Name is the semaphore (a namespace apart from
+	// locks), Limit the limit asked, Slot the slot answered.
+	SemAcquire = "sem-acquire"
+	SemRenew   = "sem-renew"
+	SemRelease = "sem-release"
 )
+
+// Shared is the Mode of a shared lock acquire; "" is exclusive.
+const Shared = "shared"
 
 // Outcomes.
 const (
@@ -50,6 +64,11 @@ const (
 	Rejected  = "rejected"   // fenced register refused a stale token
 	Fail      = "fail"       // definitely had no effect (4xx, connection refused)
 	Unknown   = "unknown"    // timeout, 5xx (504 unknown_outcome included), 429, broken connection
+
+	NoSession     = "no_session"     // 404 no_session: the session is unknown or ended
+	Full          = "full"           // semaphore acquire: 409 full
+	LimitMismatch = "limit_mismatch" // semaphore acquire: 409 limit_mismatch
+	SessionFull   = "session_full"   // 409 session_full
 )
 
 // Entry is one journal line.
@@ -75,6 +94,12 @@ type Entry struct {
 	Node    string `json:"node,omitempty"`    // endpoint the call went to
 	Status  int    `json:"status,omitempty"`
 	Err     string `json:"err,omitempty"`
+	// Session: call: the session a lock or permit is acquired with, or the
+	// session a session op names; ret of a create: the session id answered.
+	Session string `json:"session,omitempty"`
+	Mode    string `json:"mode,omitempty"`  // call: lock acquire mode ("shared" or "")
+	Limit   int64  `json:"limit,omitempty"` // call: semaphore limit asked; ret: limit answered
+	Slot    int    `json:"slot,omitempty"`  // ret: semaphore slot answered
 	// RetryAfter is an unknown outcome's Retry-After in seconds; not journalled.
 	RetryAfter int `json:"-"`
 }
@@ -133,6 +158,13 @@ type Op struct {
 	Version  int64
 	Node     string
 	Err      string
+	// Session, Mode: as called. Limit is the limit asked, GotLimit the one
+	// answered (semaphore OK or limit_mismatch), Slot the slot answered.
+	Session  string
+	Mode     string
+	Limit    int64
+	GotLimit int64
+	Slot     int
 }
 
 // Definite reports whether the op's outcome is known.
@@ -211,11 +243,15 @@ func Pair(entries []Entry) []Op {
 	for id, c := range calls {
 		o := Op{ID: id, Client: c.Client, Kind: c.Op, Name: c.Name, Lease: c.Lease, TTLMs: c.TTLMs, WaitMs: c.WaitMs,
 			Token: c.Token, Based: c.Based, Call: c.Time, Return: math.MaxInt64, Outcome: Unknown, Node: c.Node,
-			Value: c.Value, AskIndex: c.Index}
+			Value: c.Value, AskIndex: c.Index, Session: c.Session, Mode: c.Mode, Limit: c.Limit}
 		if r, ok := rets[id]; ok {
 			o.Return, o.Outcome, o.Holder, o.Version, o.Err = r.Time, r.Outcome, r.Holder, r.Version, r.Err
 			if r.Token != 0 {
 				o.Token = r.Token
+			}
+			o.GotLimit, o.Slot = r.Limit, r.Slot
+			if o.Session == "" {
+				o.Session = r.Session
 			}
 			if o.Kind == Read {
 				o.Value, o.Index = r.Value, r.Index

@@ -12,88 +12,25 @@ import (
 // Violation is one broken property, with enough detail to find it in the
 // journal.
 type Violation struct {
-	Property string // "a" … "f"
+	Property string // "a" … "j"
 	Detail   string
 }
 
 func (v Violation) String() string { return fmt.Sprintf("(%s) %s", v.Property, v.Detail) }
 
-// Interval is a span during which a client rightly believed it held a lock.
+// Interval is a span during which a client rightly believed it held a lock
+// (or a semaphore permit, or a session).
 type Interval struct {
 	Name, Lease string
 	Client      int
 	Start, End  int64  // CLOCK_MONOTONIC ns
 	From        string // op id that started it
-}
-
-// Validity computes, per lease, when its client could trust it: from the
-// answer of an acknowledged acquire (or of a renew sent after the previous
-// deadline) to send + ttl×(1−drift) of its last acknowledged acquire or
-// renew, cut short by the send of a release.
-func Validity(ops []history.Op, drift float64) []Interval {
-	byLease := map[string][]history.Op{}
-	for _, o := range ops {
-		switch o.Kind {
-		case history.Acquire, history.Renew, history.Release:
-			if o.Lease != "" {
-				byLease[o.Lease] = append(byLease[o.Lease], o)
-			}
-		}
-	}
-	var out []Interval
-	for lease, leaseOps := range byLease {
-		sort.Slice(leaseOps, func(i, j int) bool { return leaseOps[i].Call < leaseOps[j].Call })
-		var open *Interval // the interval still open: the lease's next ops may extend it
-		flush := func() {
-			if open != nil && open.End > open.Start {
-				out = append(out, *open)
-			}
-			open = nil
-		}
-		for _, o := range leaseOps {
-			trustedUntil := o.Call + int64(float64(o.TTLMs)*float64(time.Millisecond)*(1-drift))
-			switch {
-			case o.Kind == history.Release:
-				if open != nil {
-					open.End = min(open.End, o.Call)
-				}
-				flush()
-			case o.Outcome != history.OK:
-			case open != nil && o.Call < open.End:
-				open.End = max(open.End, trustedUntil)
-			default:
-				flush()
-				open = &Interval{Name: o.Name, Lease: lease, Client: o.Client, Start: o.Return, End: trustedUntil, From: o.ID}
-			}
-		}
-		flush()
-	}
-	return out
-}
-
-// MutualExclusion is property (a): no two leases' validity intervals on one
-// lock overlap.
-func MutualExclusion(ops []history.Op, drift float64) []Violation {
-	byName := map[string][]Interval{}
-	for _, iv := range Validity(ops, drift) {
-		byName[iv.Name] = append(byName[iv.Name], iv)
-	}
-	var vs []Violation
-	for name, ivs := range byName {
-		sort.Slice(ivs, func(i, j int) bool { return ivs[i].Start < ivs[j].Start })
-		var reach *Interval // the interval reaching furthest so far
-		for i := range ivs {
-			iv := &ivs[i]
-			if reach != nil && iv.Start < reach.End && iv.Lease != reach.Lease {
-				vs = append(vs, Violation{"a", fmt.Sprintf("lock %q held by two clients at once for %v: c%d (lease %s, from %s) until t=%.3fs and c%d (lease %s, from %s) from t=%.3fs",
-					name, time.Duration(reach.End-iv.Start), reach.Client, reach.Lease, reach.From, secs(reach.End), iv.Client, iv.Lease, iv.From, secs(iv.Start))})
-			}
-			if reach == nil || iv.End > reach.End {
-				reach = iv
-			}
-		}
-	}
-	return vs
+	Sem         bool   // a semaphore permit (Name is the semaphore's)
+	Mode        string // history.Shared for a shared lock hold
+	Session     string // the session it lives by, if any
+	Token       uint64 // token answered by the op that started it
+	Slot        int    // permit: slot answered
+	Limit       int64  // permit: the semaphore's limit
 }
 
 type grant struct {
