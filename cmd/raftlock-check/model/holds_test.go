@@ -3,6 +3,7 @@ package model
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 )
@@ -307,5 +308,20 @@ func TestSessionsStayEnded(t *testing.T) {
 				t.Fatalf("violations %q, want %q: %v", got, c.want, Sessions(c.ops))
 			}
 		})
+	}
+}
+
+// Porcupine's model knows exclusive TTL leases only: locks taken shared or
+// through a session, and semaphores, are left out of (e).
+func TestLinearizableLeavesOutWhatItCannotModel(t *testing.T) {
+	plain := op("1", 1, history.Acquire, "A", 1000, 0, 10, history.OK, 5)
+	rw := shared(op("2", 2, history.Acquire, "B", 1000, 0, 10, history.OK, 6))
+	rw.Name = "rw"
+	sl := inSession(op("3", 3, history.Acquire, "C", 0, 0, 10, history.OK, 7), "S")
+	sl.Name = "sl"
+	sem := permit(op("4", 4, history.Acquire, "D", 1000, 0, 10, history.OK, 8), 2, 0)
+	res := Linearizable([]history.Op{plain, rw, sl, sem, sop("5", 3, history.SessCreate, "S", 1000, 0, 5, history.OK)}, time.Second)
+	if len(res) != 1 || res[0].Name != "L" {
+		t.Fatalf("partitions %+v, want only L", res)
 	}
 }

@@ -219,7 +219,7 @@ func FinalState(nodes []NodeState, expect []Expect, ops []history.Op) []Violatio
 	var vs []Violation
 	var maxTok uint64
 	for _, o := range ops {
-		if o.Outcome == history.OK && (o.Kind == history.Acquire || o.Kind == history.Renew) {
+		if _, r := holdRole(o.Kind); o.Outcome == history.OK && (r == roleStart || r == roleRenew) {
 			maxTok = max(maxTok, o.Token)
 		}
 	}
