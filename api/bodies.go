@@ -9,8 +9,9 @@ package api
 type AcquireRequest struct {
 	Name  string `json:"name"`
 	Owner string `json:"owner,omitempty"`
-	// TTLMs is required: MinTTLMs to MaxTTLMs.
-	TTLMs *int64 `json:"ttl_ms"`
+	// TTLMs is required unless SessionID is given (exactly one of the
+	// two): MinTTLMs to MaxTTLMs.
+	TTLMs *int64 `json:"ttl_ms,omitempty"`
 	// LeaseID, when empty, is made by the leader (NewLeaseID).
 	LeaseID     string `json:"lease_id"`
 	WaitMs      int64  `json:"wait_ms,omitempty"`
@@ -18,6 +19,12 @@ type AcquireRequest struct {
 	// Value is what the holder publishes with the lock (UTF-8, at most
 	// MaxValue bytes), e.g. a leader's address; readers and watchers see it.
 	Value string `json:"value,omitempty"`
+	// Mode is ModeExclusive (the default, also when empty) or ModeShared.
+	// A shared acquire takes no lock_delay_ms.
+	Mode string `json:"mode,omitempty"`
+	// SessionID, instead of TTLMs, ties the lease to a session: it has no
+	// deadline of its own and ends when the session ends.
+	SessionID string `json:"session_id,omitempty"`
 }
 
 // UpdateRequest is the body of POST /v1/locks/update: the holding lease
@@ -76,7 +83,13 @@ type Lease struct {
 	Owner        string `json:"owner"`
 	LeaseID      string `json:"lease_id"`
 	FencingToken uint64 `json:"fencing_token"`
-	TTLMs        int64  `json:"ttl_ms"`
+	// TTLMs is the session's TTL for a lease of a session.
+	TTLMs int64 `json:"ttl_ms"`
+	// SessionID is the session the lease belongs to; absent for a lease
+	// with a TTL of its own.
+	SessionID string `json:"session_id,omitempty"`
+	// Mode is ModeShared for a shared hold; absent for exclusive.
+	Mode string `json:"mode,omitempty"`
 }
 
 // Error is every error answer: {"error": code, "message": text}.
@@ -98,6 +111,9 @@ type HeldError struct {
 	Holder  Holder `json:"holder"`
 	// RetryAfterMs is set during a lock delay: when the lock may be taken.
 	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
+	// Holders lists every holder, by token, when the lock is held shared
+	// (Holder is then the first of them); absent otherwise.
+	Holders []Holder `json:"holders,omitempty"`
 }
 
 // Released answers a release with 200: {"released": true}. A force
@@ -129,6 +145,21 @@ type Lock struct {
 	// (grant, a renew that changed the TTL, value update, release, expiry);
 	// blocking reads wait for it to pass a given index.
 	Index uint64 `json:"index"`
+	// Mode is ModeShared when the lock is held shared: Owner, FencingToken
+	// and TTLMs are then the lowest-token holder's, and Holders lists
+	// every holder. Both absent for an exclusive hold.
+	Mode    string       `json:"mode,omitempty"`
+	Holders []LockHolder `json:"holders,omitempty"`
+}
+
+// LockHolder is one holder of a shared lock, as reads show it (never
+// with its lease_id or session_id).
+type LockHolder struct {
+	Owner        string `json:"owner"`
+	FencingToken uint64 `json:"fencing_token"`
+	TTLMs        int64  `json:"ttl_ms"`
+	// RemainingMs: as Lock.RemainingMs.
+	RemainingMs *int64 `json:"remaining_ms,omitempty"`
 }
 
 // FreeLock is the answer of GET /v1/locks/{name} for a lock nobody holds.

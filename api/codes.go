@@ -17,6 +17,18 @@ const (
 	CodeHeld = "held"
 	// CodeNotHolder: 409, the lease does not hold the lock.
 	CodeNotHolder = "not_holder"
+	// CodeNoSession: 404, the session is unknown or has ended (expired or
+	// closed). Nothing applied.
+	CodeNoSession = "no_session"
+	// CodeFull: 409, every permit of the semaphore is held (body
+	// FullError). Nothing applied.
+	CodeFull = "full"
+	// CodeLimitMismatch: 409, the semaphore is held with another limit
+	// (body LimitMismatchError). Nothing applied.
+	CodeLimitMismatch = "limit_mismatch"
+	// CodeSessionFull: 409, the session holds MaxLeasesPerSession leases
+	// already. Nothing applied.
+	CodeSessionFull = "session_full"
 	// CodeUnsafeChange: 409, a join or leave that would leave fewer healthy
 	// voters than a quorum.
 	CodeUnsafeChange = "unsafe_change"
@@ -37,7 +49,8 @@ const (
 	CodeNoLeader = "no_leader"
 	// CodeNotSupportedYet: 503, the request needs a log command format not
 	// every node reads yet (a force release before every node runs a build
-	// with command_version 3); with Retry-After. Nothing applied,
+	// with command_version 3; a session, shared lock or semaphore request
+	// before 5); with Retry-After. Nothing applied,
 	// certainly: upgrade every node.
 	CodeNotSupportedYet = "not_supported_yet"
 	// CodeDiverged: 503, this node's state differs from the leader's; it
