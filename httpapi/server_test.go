@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -123,6 +124,7 @@ func TestIdentityHeaders(t *testing.T) {
 }
 
 func TestClusterStatus(t *testing.T) {
+	version := strconv.Itoa(fsm.MaxCommandVersion) // what this build reads; core raises it
 	f := newLeader("n1")
 	f.status = func() (store.Status, error) {
 		return store.Status{ID: "n1", Leader: "n1", Term: 7, LastIndex: 124, CommitIndex: 123, AppliedIndex: 122, Nodes: []store.NodeInfo{
@@ -130,14 +132,14 @@ func TestClusterStatus(t *testing.T) {
 			{ID: "n2", RaftAddr: "127.0.0.1:9002", HTTPAddr: "", Voter: false},
 		}}, nil
 	}
-	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK, `{"id":"n1","leader":"n1","term":7,"last_index":124,"commit_index":123,"applied_index":122,"command_version":4,"nodes":[
+	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK, `{"id":"n1","leader":"n1","term":7,"last_index":124,"commit_index":123,"applied_index":122,"command_version":`+version+`,"nodes":[
 		{"id":"n1","raft_addr":"127.0.0.1:9001","http_addr":"127.0.0.1:8001","voter":true,"leader":true},
 		{"id":"n2","raft_addr":"127.0.0.1:9002","http_addr":"","voter":false,"leader":false}]}`)
 
 	// Any node answers from its own view, without a leader too.
 	f.status = func() (store.Status, error) { return store.Status{Term: 8}, nil }
 	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK,
-		`{"id":"","leader":"","term":8,"last_index":0,"commit_index":0,"applied_index":0,"command_version":4,"nodes":[]}`)
+		`{"id":"","leader":"","term":8,"last_index":0,"commit_index":0,"applied_index":0,"command_version":`+version+`,"nodes":[]}`)
 
 	f.status = func() (store.Status, error) { return store.Status{}, store.ErrShutdown }
 	rec := do(t, newServer(f), http.MethodGet, "/v1/cluster", "")
