@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -263,5 +264,141 @@ func TestLabelerBoundsCardinality(t *testing.T) {
 	}
 	if got := l.Label("a"); got != OtherLabel {
 		t.Fatalf("a quiet tenant labelled %q after re-ranking", got)
+	}
+}
+
+func TestGateNoLendingWhileAnotherTenantIsActive(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	g := NewGate(NewLimit(Config{Initial: 16, Min: 16, Max: 16, ActiveFor: time.Second, Now: c.now}), c.now)
+	fill := func(tenant string) []*Ticket {
+		var got []*Ticket
+		for {
+			tk, shed := g.Admit(tenant, false)
+			if shed != nil {
+				return got
+			}
+			got = append(got, tk)
+		}
+	}
+	flood := fill("flood")
+	if len(flood) != 16 {
+		t.Fatalf("alone, the flood got %d slots, want the whole limit of 16", len(flood))
+	}
+	// One calm call, already finished: calm stays active for ActiveFor, so
+	// the flood, as its calls end, refills only up to its share (8), though
+	// 15 of 16 slots are then free.
+	calm, shed := g.Admit("calm", false)
+	if shed != nil {
+		t.Fatalf("calm tenant shed on a node full of the flood: %v", shed)
+	}
+	calm.Done(false)
+	for _, tk := range flood {
+		tk.Done(false)
+	}
+	if got := len(fill("flood")); got != 8 {
+		t.Fatalf("with calm active the flood refilled %d slots, want its share of 8", got)
+	}
+	if g.Check("flood", false) == nil || g.Check("calm", false) != nil {
+		t.Fatal("Check disagrees with the shares: flood at its share, calm idle")
+	}
+	// Calm idle past ActiveFor: the flood has the whole limit again.
+	c.advance(time.Second)
+	if got := len(fill("flood")); got != 8 {
+		t.Fatalf("after calm went idle the flood took %d more slots, want 8 (the limit)", got)
+	}
+	if g.Active() != 1 || g.InFlight() != 16 {
+		t.Fatalf("active tenants %d, in flight %d; want 1 and 16", g.Active(), g.InFlight())
+	}
+}
+
+// The property of Waiters: whatever flooding tenants do, a tenant that
+// keeps fewer parked than its share is never refused, a tenant is refused
+// only at or over its share, and other tenants' parked acquires are never
+// touched by a refusal. Randomized over many interleavings, deterministic
+// (fixed seed), for one and two flooding tenants.
+func TestWaitersFloodCannotRefuseCalmWait(t *testing.T) {
+	for _, floods := range []int{1, 2} {
+		for _, budget := range []int{6, 16, 100} {
+			r := rand.New(rand.NewPCG(uint64(budget), uint64(floods)))
+			w := NewWaiters(budget)
+			tenants := floods + 1
+			calmMax := budget/tenants - 1 // the calm tenant stays below its share
+			parked := map[string][]*Parked{}
+			for step := range 20000 {
+				name := "calm"
+				if f := r.IntN(tenants + 2); f < tenants+1 && f > 0 { // floods ask most
+					name = fmt.Sprintf("flood%d", f%floods)
+				}
+				mine := parked[name]
+				leave := r.IntN(3) == 0 || name == "calm" && len(mine) >= calmMax
+				if leave && len(mine) > 0 {
+					i := r.IntN(len(mine))
+					mine[i].Done()
+					mine[i].Done() // a second Done changes nothing
+					parked[name] = append(mine[:i], mine[i+1:]...)
+				} else if !leave {
+					before := map[string]int{}
+					for n, ps := range parked {
+						before[n] = len(ps)
+					}
+					p, shed := w.Park(name)
+					switch {
+					case shed != nil && name == "calm":
+						t.Fatalf("budget %d, step %d: calm wait refused with %d parked: %v", budget, step, len(mine), shed)
+					case shed != nil && shed.Parked < shed.Share:
+						t.Fatalf("budget %d, step %d: %s refused below its share: %v", budget, step, name, shed)
+					case shed == nil:
+						parked[name] = append(mine, p)
+					}
+					for n, ps := range parked {
+						if got := w.Of(n); got != len(ps) || n != name && got != before[n] {
+							t.Fatalf("budget %d, step %d: %s counted %d, has %d parked", budget, step, n, got, len(ps))
+						}
+					}
+				}
+				total := 0
+				for _, ps := range parked {
+					total += len(ps)
+				}
+				if w.Total() != total || total >= 2*budget {
+					t.Fatalf("budget %d, step %d: total %d counted, %d parked, want under %d", budget, step, w.Total(), total, 2*budget)
+				}
+			}
+		}
+	}
+}
+
+func TestWaitersShareFollowsTenants(t *testing.T) {
+	w := NewWaiters(10)
+	var flood []*Parked
+	for {
+		p, shed := w.Park("flood")
+		if shed != nil {
+			if shed.Share != 10 || shed.Parked != 10 {
+				t.Fatalf("alone: %v, want refused at the whole budget of 10", shed)
+			}
+			break
+		}
+		flood = append(flood, p)
+	}
+	calm, shed := w.Park("calm")
+	if shed != nil {
+		t.Fatalf("calm wait refused with the flood at the budget: %v", shed)
+	}
+	// Two tenants parked: the flood's share is 5; it parks again only
+	// when below it.
+	for i, p := range flood[:5] {
+		p.Done()
+		if _, shed := w.Park("flood"); shed == nil {
+			t.Fatalf("flood parked with %d parked, share 5", 10-i-1)
+		}
+	}
+	flood[5].Done()
+	if _, shed := w.Park("flood"); shed != nil {
+		t.Fatalf("flood refused below its share: %v", shed)
+	}
+	calm.Done()
+	if w.Of("calm") != 0 || w.Of("flood") != 5 || w.Total() != 5 {
+		t.Fatalf("counts calm %d, flood %d, total %d; want 0, 5, 5", w.Of("calm"), w.Of("flood"), w.Total())
 	}
 }

@@ -7,27 +7,41 @@ import (
 )
 
 // Gate admits calls under a Limit, fairly between tenants. With L the
-// limit and n the tenants that have calls in flight (counting the one
-// asking), a tenant's share is L/n (at least 1):
+// limit and n the active tenants (those with calls in flight or admitted in
+// the last Config.ActiveFor, counting the one asking), a tenant's share is
+// L/n (at least 1), and a call is admitted only while its tenant has fewer
+// than its share in flight:
 //
-//   - a call of a tenant below its share is always admitted, however busy
-//     the others keep the node: no tenant is shed because of another;
-//   - a call of a tenant at or above its share is admitted only while fewer
-//     than L calls are in flight in all (idle capacity is lent out), and is
-//     shed otherwise: the tenant over its share is the one shed first.
+//   - a tenant below its share is always admitted, however busy the others
+//     keep the node: no tenant is shed because of another;
+//   - a tenant alone has the whole limit; once another is active, each has
+//     its share and no more. Idle capacity is not lent out: what a flood
+//     borrows stays in the commit pipeline, and every call there, the calm
+//     tenant's too, waits behind it. With the flood held to its share the
+//     pipeline runs near the knee, which is what keeps the calm tenant's
+//     latency close to what it sees alone (the flood pays in throughput).
 //
-// So in-flight calls stay below 2L (L lent out plus every tenant's share),
-// and a flooding tenant holds at most what the others leave free.
+// Activity is remembered for ActiveFor, not only while calls are in
+// flight: a calm tenant between two calls would otherwise hand the flood
+// the whole limit for that moment, and the flood would fill it.
 // Priority calls (renews and releases: shedding them loses leases or keeps
-// locks held, which brings more load, not less) are also admitted while
-// fewer than 2L are in flight.
+// locks held, which brings more load, not less) may use twice the share.
+// In-flight calls stay under 2L, but for calls admitted under a share that
+// has since shrunk (they are never cut off, only not replaced).
 type Gate struct {
-	limit *Limit
-	now   func() time.Time
+	limit     *Limit
+	now       func() time.Time
+	activeFor time.Duration
 
-	mu       sync.Mutex
+	mu        sync.Mutex
+	inflight  int
+	tenants   map[string]*tenantState // active tenants (see Gate)
+	lastSweep time.Time
+}
+
+type tenantState struct {
 	inflight int
-	tenants  map[string]int // in flight per tenant; only tenants with calls in flight
+	last     time.Time // of the last admitted call
 }
 
 // NewGate returns a gate over limit; now is its clock (nil: time.Now).
@@ -35,13 +49,13 @@ func NewGate(limit *Limit, now func() time.Time) *Gate {
 	if now == nil {
 		now = time.Now
 	}
-	return &Gate{limit: limit, now: now, tenants: map[string]int{}}
+	return &Gate{limit: limit, now: now, activeFor: limit.cfg.ActiveFor, tenants: map[string]*tenantState{}, lastSweep: now()}
 }
 
 // Ticket is an admitted call. Its holder must call Done exactly once.
 type Ticket struct {
 	g        *Gate
-	tenant   string
+	tenant   *tenantState
 	start    time.Time
 	inflight int
 	done     bool
@@ -56,30 +70,73 @@ type Shed struct {
 }
 
 func (s *Shed) Error() string {
-	return fmt.Sprintf("tenant %q has %d writes in flight, at or over its share of %d (limit %d); retry later", s.Tenant, s.InFlight, s.Share, s.Limit)
+	return fmt.Sprintf("tenant %q has %d writes in flight, at its share of %d (limit %d); retry later", s.Tenant, s.InFlight, s.Share, s.Limit)
 }
 
 // Admit asks for a slot for one call of tenant. It never blocks.
 func (g *Gate) Admit(tenant string, priority bool) (*Ticket, *Shed) {
 	lim := g.limit.Current()
+	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	mine := g.tenants[tenant]
-	n := len(g.tenants)
-	if mine == 0 {
-		n++
-	}
-	share := max(lim/n, 1)
-	ceiling := lim
-	if priority {
-		ceiling = 2 * lim
-	}
-	if mine >= share && g.inflight >= ceiling {
+	g.sweep(now)
+	ts := g.tenants[tenant]
+	if mine, share, ok := g.allows(ts, lim, priority); !ok {
 		return nil, &Shed{Tenant: tenant, InFlight: mine, Share: share, Limit: lim}
 	}
+	if ts == nil {
+		ts = &tenantState{}
+		g.tenants[tenant] = ts
+	}
+	ts.inflight++
+	ts.last = now
 	g.inflight++
-	g.tenants[tenant] = mine + 1
-	return &Ticket{g: g, tenant: tenant, start: g.now(), inflight: g.inflight}, nil
+	return &Ticket{g: g, tenant: ts, start: now, inflight: g.inflight}, nil
+}
+
+// Check returns the Shed that Admit would answer a call of tenant with
+// now, or nil, without taking a slot: a cheap early refusal before the
+// request is even parsed. A call it lets pass still goes through Admit,
+// which decides.
+func (g *Gate) Check(tenant string, priority bool) *Shed {
+	lim := g.limit.Current()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if mine, share, ok := g.allows(g.tenants[tenant], lim, priority); !ok {
+		return &Shed{Tenant: tenant, InFlight: mine, Share: share, Limit: lim}
+	}
+	return nil
+}
+
+// allows applies the share rule (see Gate) to a tenant in state ts (nil:
+// not active).
+func (g *Gate) allows(ts *tenantState, lim int, priority bool) (mine, share int, ok bool) {
+	n := len(g.tenants)
+	if ts == nil {
+		n++
+	} else {
+		mine = ts.inflight
+	}
+	share = max(lim/n, 1)
+	capacity := share
+	if priority {
+		capacity = 2 * share
+	}
+	return mine, share, mine < capacity
+}
+
+// sweep forgets tenants idle for ActiveFor, at most every quarter of it, so
+// the map holds only active tenants (and a few just gone idle).
+func (g *Gate) sweep(now time.Time) {
+	if now.Sub(g.lastSweep) < g.activeFor/4 {
+		return
+	}
+	g.lastSweep = now
+	for name, ts := range g.tenants {
+		if ts.inflight == 0 && now.Sub(ts.last) >= g.activeFor {
+			delete(g.tenants, name)
+		}
+	}
 }
 
 // InFlight is the number of admitted calls not done yet.
@@ -93,6 +150,21 @@ func (g *Gate) InFlight() int {
 func (g *Gate) Tenants() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	n := 0
+	for _, ts := range g.tenants {
+		if ts.inflight > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Active is the number of tenants the shares are divided by now.
+func (g *Gate) Active() int {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sweep(now)
 	return len(g.tenants)
 }
 
@@ -108,11 +180,7 @@ func (t *Ticket) Done(observe bool) {
 	rtt := g.now().Sub(t.start)
 	g.mu.Lock()
 	g.inflight--
-	if m := g.tenants[t.tenant] - 1; m > 0 {
-		g.tenants[t.tenant] = m
-	} else {
-		delete(g.tenants, t.tenant)
-	}
+	t.tenant.inflight-- // the tenant stays active until swept (ActiveFor)
 	g.mu.Unlock()
 	if observe {
 		g.limit.Observe(rtt, t.inflight)

@@ -44,6 +44,9 @@ type Config struct {
 	// update). 0: 0.05 a window (a time constant of about 2 s of them at
 	// 100ms windows).
 	BaselineDrift float64
+	// ActiveFor is how long a tenant still counts for the Gate's shares
+	// after its last admitted call. 0: 1s.
+	ActiveFor time.Duration
 	// Now is the clock; nil: time.Now. Tests inject one.
 	Now func() time.Time
 }
@@ -76,6 +79,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BaselineDrift <= 0 || c.BaselineDrift > 1 {
 		c.BaselineDrift = 0.05
+	}
+	if c.ActiveFor <= 0 {
+		c.ActiveFor = time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
