@@ -252,3 +252,238 @@ func TestAdmissionAdaptsToLatencyGrowingWithConcurrency(t *testing.T) {
 		t.Errorf("limit %d after the flood, want it below the initial 64", got)
 	}
 }
+
+// admissionCounts is raftlock_admission_requests_total as "tenant result"
+// -> count.
+func admissionCounts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "raftlock_admission_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			got[labels["tenant"]+" "+labels["result"]] = m.GetCounter().GetValue()
+		}
+	}
+	return got
+}
+
+// A flooding tenant that parks as many waits as it can takes the whole
+// budget of parked acquires while alone, and then no more than its share:
+// a calm tenant's waits are admitted, the flood's next one gets 429 at
+// once, and the waits already parked, the flood's included, are untouched.
+func TestAdmissionWaitersSharedPerTenant(t *testing.T) {
+	st := newHeldStore(func(_ fsm.Command, wait time.Duration) bool { return wait > 0 }) // only the parked part blocks
+	adm := fixedLimit(64)
+	adm.MaxWaiters = 4
+	s, reg := admissionServer(st, adm, nil)
+	mustAcquire(t, s, `{"name":"flood/a","ttl_ms":10000}`)
+	mustAcquire(t, s, `{"name":"calm/a","ttl_ms":10000}`)
+	const floodWait = `{"name":"flood/a","ttl_ms":10000,"wait_ms":60000}`
+	const calmWait = `{"name":"calm/a","ttl_ms":10000,"wait_ms":60000}`
+	var parked []<-chan *httptest.ResponseRecorder
+	park := func(body, tenant string) {
+		t.Helper()
+		ch := inBackground(s, body)
+		select {
+		case name := <-st.entered:
+			if !strings.HasPrefix(name, tenant+"/") {
+				t.Fatalf("%s parked, want a %s lock", name, tenant)
+			}
+		case rec := <-ch:
+			t.Fatalf("%s wait within its share answered %d %s", tenant, rec.Code, rec.Body)
+		}
+		parked = append(parked, ch)
+	}
+	for range 4 {
+		park(floodWait, "flood")
+	}
+	calls := st.writes()
+	rec := do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"flood/b","ttl_ms":10000,"wait_ms":60000}`)
+	wantError(t, rec, http.StatusTooManyRequests, "overloaded", `tenant "flood" has 4 acquires waiting, at its share of 4`)
+	wantRetryAfter(t, rec)
+	if st.writes() != calls {
+		t.Fatal("a refused wait reached the store")
+	}
+	// Only waits count: the flood still acquires without one.
+	mustAcquire(t, s, `{"name":"flood/b","ttl_ms":10000}`)
+
+	// The budget is full of the flood; the calm tenant still parks its
+	// share (4/2), and the flood, over its new share, stays refused.
+	for range 2 {
+		park(calmWait, "calm")
+	}
+	wantError(t, do(t, s, http.MethodPost, "/v1/locks/acquire", calmWait), http.StatusTooManyRequests, "overloaded", `tenant "calm" has 2 acquires waiting, at its share of 2`)
+	wantError(t, do(t, s, http.MethodPost, "/v1/locks/acquire", floodWait), http.StatusTooManyRequests, "overloaded", `tenant "flood" has 4 acquires waiting, at its share of 2`)
+	if got := s.admission.waiters.Total(); got != 6 {
+		t.Fatalf("%d waits counted, want the 6 parked", got)
+	}
+
+	close(st.release)
+	for _, ch := range parked {
+		if rec := <-ch; rec.Code != http.StatusConflict {
+			t.Fatalf("parked acquire answered %d %s, want the fake's 409 held", rec.Code, rec.Body)
+		}
+	}
+	if w, in := s.admission.waiters.Total(), s.admission.gate.InFlight(); w != 0 || in != 0 {
+		t.Fatalf("after every answer %d waits and %d writes still counted", w, in)
+	}
+	got := admissionCounts(t, reg)
+	if got["flood shed_wait"] != 2 || got["calm shed_wait"] != 1 || got["calm shed"] != 0 {
+		t.Fatalf("admission metrics %v, want flood shed_wait 2, calm shed_wait 1", got)
+	}
+}
+
+func TestPeekLockFields(t *testing.T) {
+	for _, c := range []struct {
+		body  string
+		name  string
+		waits bool
+		ok    bool
+	}{
+		{`{"name":"orders/1","ttl_ms":1000}`, "orders/1", false, true},
+		{` { "ttl_ms" : 1000 , "name" : "a/b" , "wait_ms" : 250 } `, "a/b", true, true},
+		{`{"name":"a/b","wait_ms":0}`, "a/b", false, true},
+		{`{"value":"x\"}{,","lease_id":"l","name":"v/1","owner":"o","wait_ms":10}`, "v/1", true, true},
+		{`{"nested":{"name":"inner/1","x":[1,{"y":"]"}]},"name":"outer/1"}`, "outer/1", false, true},
+		{`{"force":true,"name":"f/1"}`, "f/1", false, true},
+		{`{"name":"esc\/aped/1"}`, "", false, false}, // escapes: left to the full parse
+		{`{"name":1}`, "", false, false},
+		{`{"ttl_ms":1000}`, "", false, false},
+		{`["name","a/b"]`, "", false, false},
+		{`{"name":"a/b"`, "", false, false},
+		{`{"name":"a/b" "x":1}`, "", false, false},
+		{``, "", false, false},
+	} {
+		name, waits, ok := peekLockFields([]byte(c.body))
+		if string(name) != c.name || waits != c.waits || ok != c.ok {
+			t.Errorf("peekLockFields(%s) = %q, %v, %v; want %q, %v, %v", c.body, name, waits, ok, c.name, c.waits, c.ok)
+		}
+	}
+}
+
+// shedEarly refuses, from the raw body, exactly the writes whose tenant is
+// at its share, with the answer admit would give, and touches nothing.
+func TestAdmissionShedEarly(t *testing.T) {
+	st := newHeldStore(func(_ fsm.Command, wait time.Duration) bool { return true })
+	adm := fixedLimit(4)
+	adm.MaxWaiters = 2
+	s, reg := admissionServer(st, adm, nil)
+	var answers []<-chan *httptest.ResponseRecorder
+	for i := range 4 {
+		answers = append(answers, inBackground(s, fmt.Sprintf(`{"name":"flood/%d","ttl_ms":1000}`, i)))
+		<-st.entered
+	}
+	early := func(path, body string, hdr ...string) (*httptest.ResponseRecorder, bool) {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		rec := httptest.NewRecorder()
+		return rec, s.shedEarly(rec, req, []byte(body))
+	}
+	calls := st.writes()
+	rec, shed := early(pathAcquire, `{"name":"flood/x","ttl_ms":1000}`)
+	if !shed {
+		t.Fatal("a flood acquire over its share passed shedEarly")
+	}
+	wantError(t, rec, http.StatusTooManyRequests, "overloaded", `tenant "flood" has 4 writes in flight, at its share of 4`)
+	wantRetryAfter(t, rec)
+	for _, c := range []struct{ path, body, why string }{
+		{pathAcquire, `{"name":"calm/x","ttl_ms":1000}`, "another tenant, within its share"},
+		{pathRenew, `{"name":"flood/0","lease_id":"x"}`, "a renew, allowed up to twice the share"},
+		{pathRelease, `{"name":"flood/0","lease_id":"x"}`, "a release, allowed up to twice the share"},
+		{pathAcquire, `{"name":"flood\/x","ttl_ms":1000}`, "a name with escapes, left to the full parse"},
+		{"/v1/cluster/join", `{"name":"flood/x"}`, "not a gated route"},
+	} {
+		if rec, shed := early(c.path, c.body); shed || rec.Body.Len() != 0 {
+			t.Errorf("%s %s shed early (%d %s), want it passed: %s", c.path, c.body, rec.Code, rec.Body, c.why)
+		}
+	}
+	if st.writes() != calls || s.admission.gate.InFlight() != 4 {
+		t.Fatal("shedEarly reached the store or took a slot")
+	}
+	close(st.release)
+	for _, ch := range answers {
+		<-ch
+	}
+	if got := admissionCounts(t, reg); got["flood shed"] != 1 {
+		t.Fatalf("admission metrics %v, want one flood shed", got)
+	}
+}
+
+func TestAdmissionShedEarlyWaitsAndTokens(t *testing.T) {
+	const alice = "alice-token-0123456789"
+	toks, err := ParseTokens(strings.NewReader(alice + " read-write alice\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newHeldStore(func(_ fsm.Command, wait time.Duration) bool { return wait > 0 })
+	adm := fixedLimit(64)
+	adm.MaxWaiters = 1
+	s, _ := admissionServer(st, adm, toks)
+	auth := []string{"Authorization", "Bearer " + alice}
+	mustAcquireAs(t, s, `{"name":"x/a","ttl_ms":10000}`, auth...)
+	parked := inBackground(s, `{"name":"x/a","ttl_ms":10000,"wait_ms":60000}`, auth...)
+	<-st.entered
+	early := func(body string, ctxTenant string) bool {
+		req := httptest.NewRequest(http.MethodPost, pathAcquire, strings.NewReader(body))
+		if ctxTenant != "" {
+			req = withTenant(req, ctxTenant)
+		}
+		return s.shedEarly(httptest.NewRecorder(), req, []byte(body))
+	}
+	// The tenant is the token's name, not the lock's segment.
+	if !early(`{"name":"other/b","ttl_ms":1000,"wait_ms":5}`, "alice") {
+		t.Error("alice's second wait passed shedEarly with alice at her share of 1")
+	}
+	if early(`{"name":"x/b","ttl_ms":1000,"wait_ms":5}`, "bob") {
+		t.Error("bob's wait shed early: alice's waits count against alice")
+	}
+	if early(`{"name":"x/b","ttl_ms":1000,"wait_ms":0}`, "alice") {
+		t.Error("an acquire without a wait shed early by the waiter budget")
+	}
+	close(st.release)
+	<-parked
+}
+
+// mustAcquireAs is mustAcquire with headers.
+func mustAcquireAs(t *testing.T, h http.Handler, body string, hdr ...string) {
+	t.Helper()
+	if rec := do(t, h, http.MethodPost, "/v1/locks/acquire", body, hdr...); rec.Code != http.StatusOK {
+		t.Fatalf("acquire %s: status %d, body %s", body, rec.Code, rec.Body)
+	}
+}
+
+// BenchmarkAdmissionShed is the cost of one 429 on the leader through the
+// whole handler: what a flooding client costs the node per refused write.
+// Compare with the shedEarly hook in bodyFirst and without it.
+func BenchmarkAdmissionShed(b *testing.B) {
+	st := newHeldStore(func(fsm.Command, time.Duration) bool { return true })
+	s, _ := admissionServer(st, fixedLimit(1), nil)
+	held := inBackground(s, `{"name":"flood/held","ttl_ms":1000}`)
+	<-st.entered
+	const body = `{"name":"flood/x","owner":"bench-w17","lease_id":"bench-0123456789abcdef-17-4242","ttl_ms":5000}`
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/v1/locks/acquire", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		if rec.Code != http.StatusTooManyRequests {
+			b.Fatalf("status %d, want 429: %s", rec.Code, rec.Body)
+		}
+	}
+	b.StopTimer()
+	close(st.release)
+	<-held
+}
