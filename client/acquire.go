@@ -40,6 +40,14 @@ type AcquireOptions struct {
 	// watchers and an Election's followers see it): UTF-8, at most
 	// api.MaxValue bytes. Lease.SetValue changes it.
 	Value string
+	// Shared takes the lock in shared mode: shared holders hold it
+	// together, an exclusive one excludes all. Each gets its own token; an
+	// exclusive grant's token is larger than every earlier grant's of the
+	// lock. Waiters are served in order whatever their mode, so a writer
+	// is not starved by a stream of readers. A shared lease cannot be
+	// upgraded (acquiring exclusive with its lease id answers held), and
+	// takes no LockDelay.
+	Shared bool
 }
 
 // checkValue refuses a lock value the server would answer bad_request.
@@ -69,20 +77,36 @@ func leaseInfo(r *api.Lease) *LockInfo {
 //
 // The returned lease renews itself until Release.
 func (c *Client) Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
-	return c.acquire(ctx, name, opts, true)
+	return c.acquire(ctx, name, opts, true, nil)
 }
 
 // TryAcquire takes the lock if it is free, and otherwise returns a
 // *HeldError (matching ErrHeld) at once. Transport failures are still retried
 // until ctx ends.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error) {
-	return c.acquire(ctx, name, opts, false)
+	return c.acquire(ctx, name, opts, false, nil)
 }
 
-func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, wait bool) (*Lease, error) {
+// acquire takes the lock, for sess if not nil.
+func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, wait bool, sess *Session) (*Lease, error) {
 	ttl, round, id, err := acquireSettings(name, opts)
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, err
+	case opts.Shared && opts.LockDelay > 0:
+		return nil, errors.New("raftlock: a shared lock takes no lock delay")
+	case sess != nil && (opts.TTL != 0 || opts.LockDelay != 0):
+		return nil, errors.New("raftlock: a session's lease takes the session's TTL and lock delay, not its own")
+	}
+	mode := ""
+	if opts.Shared {
+		mode = api.ModeShared
+	}
+	if sess != nil {
+		if err := sess.usable(); err != nil {
+			return nil, err
+		}
+		opts.Owner = cmp.Or(opts.Owner, sess.owner)
 	}
 	var lastHeld error // the last round's "held", while waiting
 	for rounds := 0; ; rounds++ {
@@ -91,11 +115,16 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 			w = waitRound(ctx, round)
 		}
 		start := time.Now()
-		ttlMs := ttl.Milliseconds()
 		req := api.AcquireRequest{
-			Name: name, Owner: opts.Owner, TTLMs: &ttlMs, LeaseID: id,
+			Name: name, Owner: opts.Owner, LeaseID: id, Mode: mode,
 			WaitMs: w.Milliseconds(), LockDelayMs: opts.LockDelay.Milliseconds(),
 			Value: opts.Value,
+		}
+		if sess != nil {
+			req.SessionID = sess.id
+		} else {
+			ttlMs := ttl.Milliseconds()
+			req.TTLMs = &ttlMs
 		}
 		var resp api.Lease
 		// The lease id makes a resent acquire idempotent: if an earlier
@@ -120,8 +149,21 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 			}
 			return nil, err
 		}
-		if resp.LeaseID != "" && resp.LeaseID != id {
+		switch {
+		case resp.LeaseID != "" && resp.LeaseID != id:
 			return nil, fmt.Errorf("raftlock: acquire answered another lease id")
+		case opts.Shared && resp.Mode != api.ModeShared:
+			c.abandon(ctx, name, id)
+			return nil, fmt.Errorf("raftlock: asked for %q shared, granted %q", name, cmp.Or(resp.Mode, api.ModeExclusive))
+		}
+		if sess != nil {
+			l, err := c.newSessionLease(sess, name, opts.Owner, id, resp.FencingToken, sess.ttl)
+			if err != nil {
+				c.abandon(ctx, name, id)
+				return nil, err
+			}
+			l.value, l.shared = opts.Value, opts.Shared
+			return l, nil
 		}
 		if granted := time.Duration(resp.TTLMs) * time.Millisecond; granted > 0 && granted < ttl {
 			ttl = granted // trust the lease only as long as the server grants it
@@ -135,7 +177,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 			return nil, err
 		}
 		l := c.newLease(name, opts.Owner, id, resp.FencingToken, ttl, sent)
-		l.value = opts.Value
+		l.value, l.shared = opts.Value, opts.Shared
 		return l, nil
 	}
 }

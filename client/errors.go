@@ -44,6 +44,28 @@ var (
 	ErrReleased = errors.New("raftlock: lease released")
 	// ErrDetached is the cause of a Lease's Context after Detach.
 	ErrDetached = errors.New("raftlock: lease detached")
+
+	// ErrNoSession: the session is unknown or has ended (API code
+	// "no_session", HTTP 404); so have all of its leases.
+	ErrNoSession = errors.New("raftlock: no such session")
+	// ErrSessionFull: the session holds as many leases as it may (API
+	// code "session_full").
+	ErrSessionFull = errors.New("raftlock: session full")
+	// ErrFull: every permit of the semaphore is held (API code "full");
+	// the *FullError behind it lists the holders.
+	ErrFull = errors.New("raftlock: semaphore full")
+	// ErrLimitMismatch: the semaphore's holders took it with another limit
+	// (API code "limit_mismatch"); the *LimitMismatchError behind it has
+	// the current limit.
+	ErrLimitMismatch = errors.New("raftlock: semaphore limit mismatch")
+	// ErrSessionLost: the session can no longer be trusted, because the
+	// server said no_session or the local deadline passed before a renewal
+	// succeeded. It is the cause of a lost Session's Context; the leases of
+	// the session are lost with a cause matching it and ErrLeaseLost.
+	ErrSessionLost = errors.New("raftlock: session lost")
+	// ErrSessionClosed is the cause of a Session's Context after Close; its
+	// leases end with a cause matching it and ErrReleased.
+	ErrSessionClosed = errors.New("raftlock: session closed")
 )
 
 // API error codes, as defined in the HTTP contract (package api,
@@ -78,6 +100,12 @@ const (
 	// leader's; nothing was applied.
 	CodeDiverged = api.CodeDiverged
 	CodeInternal = api.CodeInternal
+
+	// Sessions and semaphores (docs/API.md).
+	CodeNoSession     = api.CodeNoSession     // 404
+	CodeFull          = api.CodeFull          // 409, body lists the holders
+	CodeLimitMismatch = api.CodeLimitMismatch // 409, body has the current limit
+	CodeSessionFull   = api.CodeSessionFull   // 409
 )
 
 // APIError is an error answer of the API: {"error": Code, "message": Message}
@@ -120,6 +148,14 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeUnauthorized
 	case ErrForbidden:
 		return e.Code == CodeForbidden
+	case ErrNoSession:
+		return e.Code == CodeNoSession
+	case ErrSessionFull:
+		return e.Code == CodeSessionFull
+	case ErrFull:
+		return e.Code == CodeFull
+	case ErrLimitMismatch:
+		return e.Code == CodeLimitMismatch
 	}
 	return false
 }
@@ -130,10 +166,61 @@ type HeldError struct {
 	APIError
 	// Name of the lock.
 	Name string
-	// Owner and Token of the lease that holds it.
+	// Owner and Token of the lease that holds it: of a lock held shared,
+	// the holder with the lowest token.
 	Owner string
 	Token uint64
+	// Holders lists every holder of a lock held shared (by token); nil
+	// for a lock held exclusive.
+	Holders []Holder
 }
+
+// Holder is one holder of a lock held shared, or of a semaphore's permit.
+type Holder struct {
+	Owner string
+	Token uint64
+	Slot  int           // a permit's slot; 0 for a lock
+	TTL   time.Duration // in reads; 0 in error answers
+	// Remaining is the holder's time left on the leader's clock, in reads
+	// answered by the leader; -1 when unknown.
+	Remaining time.Duration
+}
+
+// FullError is the answer to a semaphore acquire when every permit is held.
+// It matches ErrFull.
+type FullError struct {
+	APIError
+	Name    string   // the semaphore
+	Holders []Holder // every permit's holder, by slot
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("raftlock: semaphore %q is full (%d holders)", e.Name, len(e.Holders))
+}
+
+// Is matches ErrFull.
+func (e *FullError) Is(target error) bool { return target == ErrFull }
+
+// Unwrap exposes the underlying *APIError.
+func (e *FullError) Unwrap() error { return &e.APIError }
+
+// LimitMismatchError is the answer to a semaphore acquire whose limit
+// differs from the one its holders took it with. It matches ErrLimitMismatch.
+type LimitMismatchError struct {
+	APIError
+	Name  string // the semaphore
+	Limit int64  // the current limit
+}
+
+func (e *LimitMismatchError) Error() string {
+	return fmt.Sprintf("raftlock: semaphore %q is held with limit %d", e.Name, e.Limit)
+}
+
+// Is matches ErrLimitMismatch.
+func (e *LimitMismatchError) Is(target error) bool { return target == ErrLimitMismatch }
+
+// Unwrap exposes the underlying *APIError.
+func (e *LimitMismatchError) Unwrap() error { return &e.APIError }
 
 func (e *HeldError) Error() string {
 	return fmt.Sprintf("raftlock: lock %q is held by %q (fencing token %d)", e.Name, e.Owner, e.Token)

@@ -29,7 +29,10 @@ type fakeCluster struct {
 	changed chan struct{}     // closed and replaced when locks change
 	closing chan struct{}
 	reqs    []fakeReq
-	hook    func(n *fakeNode, req fakeReq, w http.ResponseWriter, r *http.Request) bool
+	// sessions and semaphores (fake_session_test.go)
+	sessions map[string]*fakeSession
+	sems     map[string]*fakeSem
+	hook     func(n *fakeNode, req fakeReq, w http.ResponseWriter, r *http.Request) bool
 }
 
 type fakeNode struct {
@@ -45,6 +48,7 @@ type fakeLock struct {
 	ttlMs   int64
 	value   string
 	idx     uint64 // index of the lock's last change
+	session string // the session that keeps it, if any
 }
 
 type fakeReq struct {
@@ -60,12 +64,14 @@ func (r fakeReq) num(k string) int64 { f, _ := r.Body[k].(float64); return int64
 
 func newFakeCluster(n int) *fakeCluster {
 	fc := &fakeCluster{
-		locks:   map[string]*fakeLock{},
-		freed:   map[string]uint64{},
-		changed: make(chan struct{}),
-		closing: make(chan struct{}),
-		index:   10480,
-		term:    3,
+		locks:    map[string]*fakeLock{},
+		sessions: map[string]*fakeSession{},
+		sems:     map[string]*fakeSem{},
+		freed:    map[string]uint64{},
+		changed:  make(chan struct{}),
+		closing:  make(chan struct{}),
+		index:    10480,
+		term:     3,
 	}
 	for i := 1; i <= n; i++ {
 		node := &fakeNode{id: fmt.Sprintf("n%d", i), fc: fc}
@@ -285,7 +291,9 @@ func (n *fakeNode) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, 200, map[string]any{})
 	default:
-		writeErr(w, http.StatusNotFound, "not_found", r.Method+" "+r.URL.Path)
+		if !fc.serveSessions(w, r) {
+			writeErr(w, http.StatusNotFound, "not_found", r.Method+" "+r.URL.Path)
+		}
 	}
 }
 
@@ -298,6 +306,8 @@ func (fc *fakeCluster) acquire(w http.ResponseWriter, r *http.Request) {
 		WaitMs      int64  `json:"wait_ms"`
 		LockDelayMs int64  `json:"lock_delay_ms"`
 		Value       string `json:"value"`
+		SessionID   string `json:"session_id"`
+		Mode        string `json:"mode"`
 	}
 	if !decode(w, r, &q) {
 		return
@@ -306,7 +316,13 @@ func (fc *fakeCluster) acquire(w http.ResponseWriter, r *http.Request) {
 	case q.Name == "":
 		writeErr(w, 400, "bad_request", "name: required")
 		return
-	case q.TTLMs < 500 || q.TTLMs > 3600000:
+	case q.SessionID != "" && q.TTLMs != 0:
+		writeErr(w, 400, "bad_request", "ttl_ms and session_id exclude each other")
+		return
+	case q.SessionID != "" && !fc.liveSession(q.SessionID):
+		writeErr(w, 404, "no_session", "no such session")
+		return
+	case q.SessionID == "" && (q.TTLMs < 500 || q.TTLMs > 3600000):
 		writeErr(w, 400, "bad_request", "ttl_ms: out of range")
 		return
 	case q.WaitMs < 0 || q.WaitMs > 300000:
@@ -325,7 +341,7 @@ func (fc *fakeCluster) acquire(w http.ResponseWriter, r *http.Request) {
 		l, held := fc.locks[q.Name]
 		if !held {
 			fc.index++
-			l = &fakeLock{owner: q.Owner, leaseID: q.LeaseID, token: fc.index, ttlMs: q.TTLMs, value: q.Value, idx: fc.index}
+			l = &fakeLock{owner: q.Owner, leaseID: q.LeaseID, token: fc.index, ttlMs: q.TTLMs, value: q.Value, idx: fc.index, session: q.SessionID}
 			fc.locks[q.Name] = l
 			fc.notifyLocked()
 		}
@@ -363,6 +379,9 @@ func (fc *fakeCluster) acquire(w http.ResponseWriter, r *http.Request) {
 }
 
 func (fc *fakeCluster) leaseJSON(name string, l *fakeLock) map[string]any {
+	if s := fc.sessions[l.session]; s != nil {
+		return map[string]any{"name": name, "owner": l.owner, "lease_id": l.leaseID, "fencing_token": l.token, "ttl_ms": s.ttlMs, "session_id": s.id}
+	}
 	return map[string]any{"name": name, "owner": l.owner, "lease_id": l.leaseID, "fencing_token": l.token, "ttl_ms": l.ttlMs}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -15,93 +14,151 @@ import (
 // Lease is a held lock. A watchdog goroutine renews it about every TTL/3
 // until Release (or Detach); if a renewal is refused (not_holder) or none
 // succeeds before the deadline, the lease is lost: Lost is closed and Context
-// is cancelled at once.
+// is cancelled at once. A lease taken through a Session has no watchdog of
+// its own: it lives, and is lost, with its session.
 //
 // Pass Token to the storage the lock protects, so that it can refuse writes
 // from a holder that lost the lock (fencing).
 type Lease struct {
+	grant
+	shared bool
+	value  string // the value last published (AcquireOptions.Value, SetValue); under mu
+}
+
+// grant is what a Lease and a Permit share: a lease on the cluster, kept
+// alive by its own watchdog or by a Session, and the ways it ends.
+type grant struct {
 	c     *Client
+	kind  string // "lock" or "semaphore", in logs
 	name  string
 	owner string
 	id    string
 	token uint64
 	ttl   time.Duration
+	sess  *Session   // the session that keeps it alive, if any
+	ka    *keepalive // its own watchdog; nil when sess keeps it alive
+	// release is the server-side release by lease id.
+	release func(ctx context.Context) error
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	lost   chan struct{}
-	stop   chan struct{} // closed to stop the watchdog
-	done   chan struct{} // closed when the watchdog has returned
+	done   chan struct{} // closed when the watchdog has returned (at once without one)
 
-	mu       sync.Mutex
-	deadline time.Time // local clock; only moves forward
-	sent     time.Time // send time of the acquire/renew that set deadline
-	err      error     // why the lease was lost
-	value    string    // the value last published (AcquireOptions.Value, SetValue)
-	ended    bool      // Release or Detach ran
+	mu    sync.Mutex
+	err   error // why it was lost
+	ended bool  // Release or Detach ran, or its session was closed
 
-	stopOnce sync.Once
 	lostOnce sync.Once
 
 	releaseMu  sync.Mutex
 	releaseErr error
 }
 
+// initGrant fills in the parts every grant has; the caller then sets ka or
+// binds it to a session.
+func (g *grant) initGrant(c *Client, kind, name, owner, id string, token uint64, ttl time.Duration) {
+	g.c, g.kind, g.name, g.owner, g.id, g.token, g.ttl = c, kind, name, owner, id, token, ttl
+	g.ctx, g.cancel = context.WithCancelCause(context.Background())
+	g.lost = make(chan struct{})
+	g.done = make(chan struct{})
+	close(g.done) // until keepAlive gives it a watchdog
+}
+
+// keepAlive gives the grant its own watchdog, trusting it from sent, with
+// renew as one renewal.
+func (g *grant) keepAlive(sent time.Time, renew func(ctx context.Context) (time.Time, bool, error)) {
+	g.ka = g.c.newKeepalive(g.ttl, sent, ErrLeaseLost, g.kind, g.name)
+	g.ka.renew, g.ka.lose = renew, g.lose
+	g.done = g.ka.done
+	g.ka.start()
+}
+
 func (c *Client) newLease(name, owner, id string, token uint64, ttl time.Duration, sent time.Time) *Lease {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{
-		c: c, name: name, owner: owner, id: id, token: token, ttl: ttl,
-		ctx: ctx, cancel: cancel,
-		lost: make(chan struct{}),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
-	}
-	l.sent = sent
-	l.deadline = sent.Add(c.validFor(ttl))
-	go l.watchdog()
+	l := &Lease{}
+	l.initGrant(c, "lock", name, owner, id, token, ttl)
+	l.release = func(ctx context.Context) error { return c.Release(ctx, name, id) }
+	l.keepAlive(sent, func(ctx context.Context) (time.Time, bool, error) {
+		info, tried, err := c.renew(ctx, name, id, 0)
+		switch {
+		case err == nil && info.Token != token:
+			return time.Time{}, true, fmt.Errorf("%w: renew answered fencing token %d, lease has %d", ErrLeaseLost, info.Token, token)
+		case err == nil:
+			return tried.sent, false, nil
+		case errors.Is(err, ErrNotHolder):
+			return time.Time{}, true, fmt.Errorf("%w: %w", ErrLeaseLost, err)
+		}
+		return time.Time{}, false, err
+	})
 	return l
 }
 
-// validFor is how long after the send time of an acquire or renew the client
-// may trust the lease: TTL × (1 − drift), per the contract's guarantee 2.
-func (c *Client) validFor(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl) * (1 - c.drift))
+// newSessionLease returns a lease that sess keeps alive, or the session's
+// loss if it ended meanwhile.
+func (c *Client) newSessionLease(sess *Session, name, owner, id string, token uint64, ttl time.Duration) (*Lease, error) {
+	l := &Lease{}
+	l.initGrant(c, "lock", name, owner, id, token, ttl)
+	l.release = func(ctx context.Context) error { return c.Release(ctx, name, id) }
+	if err := sess.bind(&l.grant); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
-// Name returns the lock's name.
-func (l *Lease) Name() string { return l.name }
+// Name returns the lock's (or semaphore's) name.
+func (g *grant) Name() string { return g.name }
 
 // Owner returns the owner string given at acquire.
-func (l *Lease) Owner() string { return l.owner }
+func (g *grant) Owner() string { return g.owner }
 
 // Token returns the fencing token: the same for the whole lease, and larger
-// than the token of every earlier holder of the lock.
-func (l *Lease) Token() uint64 { return l.token }
+// than the token of every earlier holder of the lock (of a permit: of every
+// earlier holder of its slot).
+func (g *grant) Token() uint64 { return g.token }
 
 // LeaseID returns the lease's secret id, which proves ownership to renew and
 // release. Do not log it.
-func (l *Lease) LeaseID() string { return l.id }
+func (g *grant) LeaseID() string { return g.id }
 
-// TTL returns the lease's time to live.
-func (l *Lease) TTL() time.Duration { return l.ttl }
+// TTL returns the lease's time to live (its session's, if it has one).
+func (g *grant) TTL() time.Duration { return g.ttl }
+
+// Session returns the session that keeps the lease alive, or nil if it
+// renews itself.
+func (g *grant) Session() *Session { return g.sess }
 
 // Deadline returns the time, on the client's clock, until which the lease is
 // known to be held: the send time of the last successful acquire or renew
-// plus TTL × (1 − drift).
-func (l *Lease) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
+// (of the session, for a lease taken through one) plus TTL × (1 − drift).
+func (g *grant) Deadline() time.Time {
+	if g.sess != nil {
+		return g.sess.Deadline()
+	}
+	return g.ka.Deadline()
 }
 
 // Context returns a context that is cancelled when the lease is lost, its
 // deadline passes, or it is released or detached; context.Cause tells which
 // (ErrLeaseLost, ErrReleased, ErrDetached).
-func (l *Lease) Context() context.Context { return l.ctx }
+func (g *grant) Context() context.Context { return g.ctx }
+
+// Done returns a channel closed when the lease ends for any reason: lost,
+// released, detached, or its session lost or closed. It is Context().Done().
+func (g *grant) Done() <-chan struct{} { return g.ctx.Done() }
 
 // Lost returns a channel closed when the lease is lost. It is not closed by
-// Release or Detach.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+// Release or Detach, nor by closing its session.
+func (g *grant) Lost() <-chan struct{} { return g.lost }
+
+// Err returns why the lease was lost (it matches ErrLeaseLost), or nil.
+func (g *grant) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// Shared reports whether the lease holds the lock in shared mode.
+func (l *Lease) Shared() bool { return l.shared }
 
 // Value returns the value this lease last published with the lock.
 func (l *Lease) Value() string {
@@ -132,181 +189,89 @@ func (l *Lease) SetValue(ctx context.Context, value string) error {
 	return nil
 }
 
-// Err returns why the lease was lost (it matches ErrLeaseLost), or nil.
-func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
 // Release stops the watchdog and releases the lock. If the lease was lost
 // before, Release returns the error that lost it (matching ErrLeaseLost), after
 // still trying to release the lock when the server may hold it. After Release
 // returns, the lease is no longer renewed, whatever the result; calling it
-// again returns the same result.
-func (l *Lease) Release(ctx context.Context) error {
-	l.releaseMu.Lock()
-	defer l.releaseMu.Unlock()
-	l.stopWatchdog()
-	l.mu.Lock()
-	if l.ended {
-		l.mu.Unlock()
-		return l.releaseErr
+// again returns the same result. Releasing a lease of a session leaves the
+// session and its other leases alone.
+func (g *grant) Release(ctx context.Context) error {
+	g.releaseMu.Lock()
+	defer g.releaseMu.Unlock()
+	g.stopWatchdog()
+	g.mu.Lock()
+	if g.ended {
+		g.mu.Unlock()
+		return g.releaseErr
 	}
-	l.ended = true
-	lostErr := l.err
-	l.mu.Unlock()
+	g.ended = true
+	lostErr := g.err
+	g.mu.Unlock()
+	if g.sess != nil {
+		g.sess.unbind(g)
+	}
 
 	var err error
-	if lostErr == nil || !errors.Is(lostErr, ErrNotHolder) {
-		err = l.c.Release(ctx, l.name, l.id)
+	// not_holder and no_session both say the server holds nothing for it.
+	if lostErr == nil || !(errors.Is(lostErr, ErrNotHolder) || errors.Is(lostErr, ErrNoSession)) {
+		err = g.release(ctx)
 	}
-	l.cancel(ErrReleased)
+	g.cancel(ErrReleased)
 	switch {
 	case lostErr != nil:
-		l.releaseErr = lostErr
+		g.releaseErr = lostErr
 	case err != nil:
-		l.releaseErr = fmt.Errorf("raftlock: release %q: %w", l.name, err)
+		g.releaseErr = fmt.Errorf("raftlock: release %q: %w", g.name, err)
 	}
-	return l.releaseErr
+	return g.releaseErr
 }
 
 // Detach stops the watchdog without releasing the lock, which stays held
-// until its TTL runs out or someone renews or releases it by LeaseID (see
-// Client.Renew, Client.Release). The lease's Context is cancelled.
-func (l *Lease) Detach() {
-	l.releaseMu.Lock()
-	defer l.releaseMu.Unlock()
-	l.stopWatchdog()
-	l.mu.Lock()
-	l.ended = true
-	l.mu.Unlock()
-	l.cancel(ErrDetached)
+// until its TTL runs out (or its session ends) or someone renews or releases
+// it by LeaseID (see Client.Renew, Client.Release). The lease's Context is
+// cancelled.
+func (g *grant) Detach() {
+	g.releaseMu.Lock()
+	defer g.releaseMu.Unlock()
+	g.stopWatchdog()
+	g.mu.Lock()
+	g.ended = true
+	g.mu.Unlock()
+	if g.sess != nil {
+		g.sess.unbind(g)
+	}
+	g.cancel(ErrDetached)
 }
 
-func (l *Lease) stopWatchdog() {
-	l.stopOnce.Do(func() { close(l.stop) })
-	<-l.done
+func (g *grant) stopWatchdog() {
+	if g.ka != nil {
+		g.ka.stopAndWait()
+	}
 }
 
 // lose marks the lease lost, once.
-func (l *Lease) lose(cause error) {
-	l.mu.Lock()
-	if l.err != nil || l.ended {
-		l.mu.Unlock()
+func (g *grant) lose(cause error) {
+	g.mu.Lock()
+	if g.err != nil || g.ended {
+		g.mu.Unlock()
 		return
 	}
-	l.err = cause
-	l.mu.Unlock()
-	l.lostOnce.Do(func() { close(l.lost) })
-	l.cancel(cause)
-	l.c.log.Warn("lease lost", "lock", l.name, "token", l.token, "error", cause)
+	g.err = cause
+	g.mu.Unlock()
+	g.lostOnce.Do(func() { close(g.lost) })
+	g.cancel(cause)
+	g.c.log.Warn("lease lost", g.kind, g.name, "token", g.token, "error", cause)
 }
 
-// extend records a successful renew sent at sent.
-func (l *Lease) extend(sent time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if d := sent.Add(l.c.validFor(l.ttl)); d.After(l.deadline) {
-		l.deadline, l.sent = d, sent
+// closedWithSession ends the lease because its session was closed, which
+// released it on the server: as a Release, without a request.
+func (g *grant) closedWithSession() {
+	g.mu.Lock()
+	if g.err != nil || g.ended {
+		g.mu.Unlock()
+		return
 	}
-}
-
-// renewInterval is TTL/3 with ±10% jitter, so that many leases taken at once
-// do not renew in lockstep.
-func (l *Lease) renewInterval() time.Duration {
-	d := l.ttl / 3
-	return d*9/10 + rand.N(d/5+1)
-}
-
-func (l *Lease) watchdog() {
-	defer close(l.done)
-	clk := l.c.clock
-	for {
-		l.mu.Lock()
-		deadline, sent := l.deadline, l.sent
-		l.mu.Unlock()
-		now := clk.Now()
-		if !now.Before(deadline) {
-			l.lose(fmt.Errorf("%w: deadline passed before a renewal succeeded", ErrLeaseLost))
-			return
-		}
-		if wait := sent.Add(l.renewInterval()).Sub(now); wait > 0 {
-			t := clk.NewTimer(wait)
-			select {
-			case <-l.stop:
-				t.Stop()
-				return
-			case <-t.C():
-			}
-		}
-		if !l.renewBeforeDeadline() {
-			return
-		}
-	}
-}
-
-// renewBeforeDeadline renews, retrying across nodes, until a renewal
-// succeeds (true), or the lease is lost or stopped (false).
-func (l *Lease) renewBeforeDeadline() bool {
-	clk := l.c.clock
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	res := make(chan error, 1)
-	go func() { res <- l.renewLoop(ctx) }()
-	t := clk.NewTimer(l.Deadline().Sub(clk.Now()))
-	defer t.Stop()
-	select {
-	case err := <-res:
-		if err != nil {
-			l.lose(err)
-			return false
-		}
-		return true
-	case <-l.stop:
-		cancel()
-		<-res
-		return false
-	case <-t.C():
-		// Lost at once: the work under the lock must stop now, not after
-		// the renewal in flight gives up. Unless that renewal just
-		// succeeded and moved the deadline.
-		if clk.Now().Before(l.Deadline()) {
-			return l.renewResult(<-res)
-		}
-		l.lose(fmt.Errorf("%w: deadline passed before a renewal succeeded", ErrLeaseLost))
-		cancel()
-		<-res
-		return false
-	}
-}
-
-func (l *Lease) renewResult(err error) bool {
-	if err != nil {
-		l.lose(err)
-		return false
-	}
-	return true
-}
-
-// renewLoop renews until success, a refusal, or ctx ends.
-func (l *Lease) renewLoop(ctx context.Context) error {
-	for attempt := 0; ; attempt++ {
-		info, tried, err := l.c.renew(ctx, l.name, l.id, 0)
-		switch {
-		case err == nil && info.Token != l.token:
-			return fmt.Errorf("%w: renew answered fencing token %d, lease has %d", ErrLeaseLost, info.Token, l.token)
-		case err == nil:
-			l.extend(tried.sent)
-			return nil
-		case errors.Is(err, ErrNotHolder):
-			return fmt.Errorf("%w: %w", ErrLeaseLost, err)
-		case ctx.Err() != nil:
-			return ctx.Err()
-		}
-		l.c.log.Debug("renew failed", "lock", l.name, "error", err)
-		if l.c.sleep(ctx, l.c.backoff(attempt)) != nil {
-			return ctx.Err()
-		}
-	}
+	g.ended = true
+	g.mu.Unlock()
+	g.cancel(fmt.Errorf("%w: %w", ErrReleased, ErrSessionClosed))
 }

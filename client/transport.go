@@ -327,7 +327,7 @@ func (c *Client) parseError(resp *response, lock string) error {
 		RetryAfter: retryAfter(resp.header, c.clock.Now()),
 		Node:       resp.header.Get(api.HeaderNode),
 	}
-	var eb api.HeldError // an error body, with the holder of a held answer
+	var eb errorBody
 	if err := json.Unmarshal(resp.body, &eb); err == nil && eb.Error != "" {
 		e.Code, e.Message = eb.Error, eb.Message
 	} else {
@@ -337,10 +337,40 @@ func (c *Client) parseError(resp *response, lock string) error {
 		}
 		e.Message = msg
 	}
-	if e.Code == CodeHeld {
+	switch e.Code {
+	case CodeHeld:
 		he := &HeldError{APIError: e, Name: lock}
 		he.Owner, he.Token = eb.Holder.Owner, eb.Holder.FencingToken
+		he.Holders = eb.holders()
 		return he
+	case CodeFull:
+		return &FullError{APIError: e, Name: lock, Holders: eb.holders()}
+	case CodeLimitMismatch:
+		return &LimitMismatchError{APIError: e, Name: lock, Limit: eb.Limit}
 	}
 	return &e
+}
+
+// errorBody is an error answer with what held, full and limit_mismatch add.
+type errorBody struct {
+	Error   string     `json:"error"`
+	Message string     `json:"message"`
+	Holder  api.Holder `json:"holder"`
+	Holders []struct {
+		Owner        string `json:"owner"`
+		FencingToken uint64 `json:"fencing_token"`
+		Slot         int    `json:"slot"`
+	} `json:"holders"`
+	Limit int64 `json:"limit"`
+}
+
+func (eb *errorBody) holders() []Holder {
+	if eb.Holders == nil {
+		return nil
+	}
+	hs := make([]Holder, len(eb.Holders))
+	for i, h := range eb.Holders {
+		hs[i] = Holder{Owner: h.Owner, Token: h.FencingToken, Slot: h.Slot, Remaining: -1}
+	}
+	return hs
 }
