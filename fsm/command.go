@@ -25,7 +25,35 @@ const (
 	// OpUpdate replaces the value of a lock its lease holds (the token
 	// stays). Valid only in a version 4 command, like Command.Value.
 	OpUpdate Op = 8
+	// Sessions, semaphores and shared locks (issue 15): valid only in a
+	// version 5 command (DESIGN.md, "Sessions", "Semaphores").
+	OpSessionCreate Op = 9  // SessionID, Owner, TTL, LockDelay; idempotent on SessionID
+	OpSessionRenew  Op = 10 // SessionID; TTL 0 keeps the session's TTL
+	OpSessionClose  Op = 11 // SessionID: ends every lease of the session, no lock-delay
+	OpSemAcquire    Op = 12 // Name, Limit, Owner, LeaseID, TTL or SessionID
+	OpSemRenew      Op = 13 // Name, LeaseID, TTL (0 keeps)
+	OpSemRelease    Op = 14 // Name, LeaseID
 )
+
+// Mode is how a lock is held: exclusively (the default, one holder) or
+// shared (any number of shared holders, no exclusive one).
+type Mode uint8
+
+// Lock modes. Values are part of the log format.
+const (
+	ModeExclusive Mode = 0
+	ModeShared    Mode = 1
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeExclusive:
+		return "exclusive"
+	case ModeShared:
+		return "shared"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
 
 func (o Op) String() string {
 	switch o {
@@ -45,6 +73,18 @@ func (o Op) String() string {
 		return "force_release"
 	case OpUpdate:
 		return "update"
+	case OpSessionCreate:
+		return "session_create"
+	case OpSessionRenew:
+		return "session_renew"
+	case OpSessionClose:
+		return "session_close"
+	case OpSemAcquire:
+		return "semaphore_acquire"
+	case OpSemRenew:
+		return "semaphore_renew"
+	case OpSemRelease:
+		return "semaphore_release"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -53,7 +93,7 @@ func (o Op) String() string {
 // reading when it created the entry; it is the only way time enters the FSM.
 type Command struct {
 	// Version is the encoding the command is written in (Encode) or was
-	// read from (DecodeCommand): 1 to 4; 0 means 1. Only a leader that
+	// read from (DecodeCommand): 1 to 5; 0 means 1. Only a leader that
 	// knows every member understands a version may write it (DESIGN.md,
 	// "Command versions").
 	Version uint8
@@ -73,6 +113,14 @@ type Command struct {
 	// Value (version 4 only) is what an acquire or update publishes with
 	// the lock.
 	Value string
+	// SessionID (version 5) ties an acquire (lock or semaphore) to a
+	// session instead of a TTL of its own, or names the session of a
+	// session op.
+	SessionID string
+	// Mode (version 5) is a lock acquire's mode; ModeExclusive by default.
+	Mode Mode
+	// Limit (version 5) is a semaphore acquire's number of permits.
+	Limit int64
 }
 
 // The first byte of every encoded command is its version, so the format can
@@ -82,11 +130,12 @@ const (
 	commandVersion2 = 2 // version 1 with the stamp's term after the stamp
 	commandVersion3 = 3 // version 2's encoding; OpForceRelease is valid only from here
 	commandVersion4 = 4 // version 3 with Value after the node address; OpUpdate valid only from here
+	commandVersion5 = 5 // version 4 with SessionID, Mode, Limit after Value; ops 9-14 valid only from here
 	// MaxCommandVersion is the highest command version this build decodes
 	// and applies. Nodes publish it (GET /v1/cluster, command_version) and
 	// a leader writes a version only when every member has published at
 	// least that.
-	MaxCommandVersion = commandVersion4
+	MaxCommandVersion = commandVersion5
 )
 
 // ErrBadCommand is returned for bytes that do not decode to a command.
@@ -121,15 +170,21 @@ func OpInVersion(o Op, v uint8) bool {
 		return v >= commandVersion3 && v <= MaxCommandVersion
 	case o == OpUpdate:
 		return v >= commandVersion4 && v <= MaxCommandVersion
+	case o >= OpSessionCreate && o <= OpSemRelease:
+		return v >= commandVersion5 && v <= MaxCommandVersion
 	}
 	return false
 }
 
-// MinVersion is the oldest command version that can carry c: 4 for an
-// update or a value, 3 for a force release, else 1. A leader writes c only
-// when the gate allows at least this (raftnode).
+// MinVersion is the oldest command version that can carry c: 5 for the
+// session and semaphore ops and for a command with a SessionID, a shared
+// mode or a limit, 4 for an update or a value, 3 for a force release, else
+// 1. A leader writes c only when the gate allows at least this (raftnode).
 func MinVersion(c Command) uint8 {
 	switch {
+	case c.Op >= OpSessionCreate && c.Op <= OpSemRelease, c.SessionID != "", c.Mode != ModeExclusive, c.Limit != 0:
+		// Not applied by this build yet: no leader may write it.
+		return commandVersion5 + 1
 	case c.Op == OpUpdate || c.Value != "":
 		return commandVersion4
 	case c.Op == OpForceRelease:
@@ -162,11 +217,14 @@ func (c *Command) Encode(dst []byte) []byte {
 	if v > MaxCommandVersion {
 		panic(fmt.Sprintf("fsm: cannot encode command version %d (max %d)", v, MaxCommandVersion))
 	}
-	if (c.Op == OpForceRelease || c.Op == OpUpdate) && !OpInVersion(c.Op, v) {
+	if c.Op >= OpForceRelease && c.Op <= OpSemRelease && !OpInVersion(c.Op, v) {
 		panic(fmt.Sprintf("fsm: command version %d cannot carry %v", v, c.Op))
 	}
 	if c.Value != "" && v < commandVersion4 {
 		panic(fmt.Sprintf("fsm: command version %d cannot carry a value", v))
+	}
+	if (c.SessionID != "" || c.Mode != ModeExclusive || c.Limit != 0) && v < commandVersion5 {
+		panic(fmt.Sprintf("fsm: command version %d cannot carry a session, a mode or a limit", v))
 	}
 	dst = append(dst, v, byte(c.Op))
 	dst = binary.AppendVarint(dst, c.Stamp)
@@ -182,6 +240,12 @@ func (c *Command) Encode(dst []byte) []byte {
 	if v >= commandVersion4 {
 		dst = binary.AppendUvarint(dst, uint64(len(c.Value)))
 		dst = append(dst, c.Value...)
+	}
+	if v >= commandVersion5 {
+		dst = binary.AppendUvarint(dst, uint64(len(c.SessionID)))
+		dst = append(dst, c.SessionID...)
+		dst = append(dst, byte(c.Mode))
+		dst = binary.AppendVarint(dst, c.Limit)
 	}
 	return dst
 }
@@ -217,6 +281,15 @@ func DecodeCommand(b []byte) (Command, error) {
 	c.NodeAddr = d.string()
 	if v >= commandVersion4 {
 		c.Value = d.string()
+	}
+	if v >= commandVersion5 {
+		c.SessionID = d.string()
+		c.Mode = Mode(d.byte())
+		c.Limit = d.varint()
+		if d.err == nil && c.Mode > ModeShared {
+			// A mode this build does not know was written by a newer one.
+			return Command{}, fmt.Errorf("%w: %v in a version %d command", ErrUnknownOp, c.Mode, v)
+		}
 	}
 	if d.err != nil {
 		return Command{}, d.err

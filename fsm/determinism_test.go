@@ -203,7 +203,7 @@ func TestRestoredReplicaMatchesReplay(t *testing.T) {
 // A command from a newer version is refused, never answered "invalid" here
 // while newer replicas apply it.
 func TestUnknownOpIsRefused(t *testing.T) {
-	for _, op := range []Op{0, OpUpdate + 1, 255} {
+	for _, op := range []Op{0, OpSemRelease + 1, 255} {
 		data := (&Command{Op: op, Name: "a", LeaseID: "L", TTL: 1000}).Encode(nil)
 		if _, err := DecodeCommand(data); !errors.Is(err, ErrUnknownOp) {
 			t.Errorf("decode %v: err %v, want ErrUnknownOp", op, err)

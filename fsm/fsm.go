@@ -9,6 +9,7 @@ package fsm
 import (
 	"container/heap"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -23,11 +24,34 @@ const (
 	StatusHeld             // acquire: someone else holds the lock (or its lock-delay runs)
 	StatusNotHolder        // renew/release: the lease does not hold the lock
 	StatusInvalid          // the command is well-formed bytes but meaningless
+	// StatusNoSession: the session named is unknown or has ended.
+	StatusNoSession
+	// StatusFull: every permit of the semaphore is held (Result.Holders).
+	StatusFull
+	// StatusLimitMismatch: the semaphore is held with another limit
+	// (Result.Limit is the current one).
+	StatusLimitMismatch
+	// StatusSessionFull: the session holds MaxLeasesPerSession leases.
+	StatusSessionFull
 )
 
 func (s Status) String() string {
-	return [...]string{"ok", "held", "not_holder", "invalid"}[s]
+	names := [...]string{"ok", "held", "not_holder", "invalid", "no_session", "full", "limit_mismatch", "session_full"}
+	if int(s) < len(names) {
+		return names[s]
+	}
+	return "status(" + strconv.Itoa(int(s)) + ")"
 }
+
+// Bounds of sessions and semaphores. Replicas must agree on them: changing
+// one is a log format change.
+const (
+	// MaxLeasesPerSession bounds one session's leases, so that its expiry
+	// (which ends them all in one entry) fits MaxExpiriesPerEntry.
+	MaxLeasesPerSession = 4096
+	// MaxSemaphoreLimit bounds a semaphore's permits.
+	MaxSemaphoreLimit = 1024
+)
 
 // Lock is the public view of a held lease. LeaseID is the holder's secret:
 // callers that show a Lock to anyone but its holder must blank it.
@@ -44,6 +68,36 @@ type Lock struct {
 	// readers see it: its grant, a renew or retried acquire that changed
 	// the TTL, a value update, the expiry that started its lock-delay.
 	Index uint64
+	// SessionID is the session the lease belongs to ("": a lease with its
+	// own TTL). A session's leases have no deadline of their own
+	// (Deadline 0, TTL the session's) and end with the session.
+	SessionID string
+	// Mode is how a lock is held (shared holders coexist).
+	Mode Mode
+	// Slot is a semaphore permit's slot, 0..Limit-1.
+	Slot int
+	// Limit is the semaphore's number of permits; > 0 marks a permit.
+	Limit int64
+}
+
+// Session ties leases to one keepalive: they end when it does.
+type Session struct {
+	ID        string // secret, like a lease id
+	Owner     string
+	TTL       int64 // milliseconds
+	LockDelay int64 // milliseconds, applied to its exclusive locks if it expires
+	Deadline  int64 // FSM clock nanoseconds at which it expires
+	Index     uint64
+	// Leases are the session's leases: locks, then permits, each by name.
+	Leases []Lock
+}
+
+// Semaphore is a semaphore while anyone holds a permit of it.
+type Semaphore struct {
+	Name    string
+	Limit   int64
+	Holders []Lock // by slot
+	Index   uint64 // entry that last changed it
 }
 
 // Result is what Apply returns for one command.
@@ -61,6 +115,18 @@ type Result struct {
 	// Changed lists the locks whose index became this entry's (see
 	// Machine.Index): what wakes blocking reads. A name may repeat.
 	Changed []string
+	// Holders: on StatusHeld for a shared lock and on StatusFull, every
+	// holder, by token (permits: by slot).
+	Holders []Lock
+	// Limit: on StatusLimitMismatch, the semaphore's current limit.
+	Limit int64
+	// Session: the session as it now stands, for session ops with StatusOK.
+	Session Session
+	// Ended: for a session close, how many leases it ended.
+	Ended int
+	// FreedSemaphores lists semaphores that got a free permit during this
+	// entry, so the leader can serve their waiters.
+	FreedSemaphores []string
 }
 
 // entry is a lock that is either held or in its lock-delay after an expiry.
@@ -530,6 +596,27 @@ func (m *Machine) List(prefix string, limit int) ([]Lock, bool) {
 		return out[:limit], true
 	}
 	return out, false
+}
+
+// Holders returns every lease holding lock name, by token: one for an
+// exclusive lock, any number for a shared one. Get returns the first.
+func (m *Machine) Holders(name string) []Lock {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if e, ok := m.locks[name]; ok && !e.delayed {
+		return []Lock{e.lock}
+	}
+	return nil
+}
+
+// Session returns session id while it lives.
+func (m *Machine) Session(id string) (Session, bool) {
+	return Session{}, false
+}
+
+// Semaphore returns semaphore name; false when nobody holds a permit.
+func (m *Machine) Semaphore(name string) (Semaphore, bool) {
+	return Semaphore{}, false
 }
 
 // Clock returns the FSM clock as of the last applied entry.

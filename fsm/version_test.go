@@ -162,3 +162,77 @@ func TestVersion2MatchingTermsCountLikeVersion1(t *testing.T) {
 		}
 	}
 }
+
+// Version 5 bytes: version 4's layout, then the session id, the mode byte
+// and the limit. Pinned so that a later build keeps reading them.
+func TestVersion5BytesStayReadable(t *testing.T) {
+	// version 5, semaphore acquire, stamp 5 (zigzag 10), stamp term 2,
+	// ttl 0, lock-delay 0, name "s", owner "o", lease "L", node id "",
+	// node addr "", value "", session "S", mode 0, limit 3 (zigzag 6).
+	v5 := []byte{5, 12, 10, 2, 0, 0, 1, 's', 1, 'o', 1, 'L', 0, 0, 0, 1, 'S', 0, 6}
+	want := Command{Version: 5, Op: OpSemAcquire, Stamp: 5, StampTerm: 2, Name: "s", Owner: "o", LeaseID: "L", SessionID: "S", Limit: 3}
+	c, err := DecodeCommand(v5)
+	if err != nil || c != want {
+		t.Fatalf("decode v5: %+v, %v; want %+v", c, err, want)
+	}
+	if got := want.Encode(nil); !bytes.Equal(got, v5) {
+		t.Errorf("encodes as %v, want %v", got, v5)
+	}
+	shared := Command{Version: 5, Op: OpAcquire, Stamp: 1, StampTerm: 1, Name: "a", LeaseID: "L", TTL: 10, Mode: ModeShared}
+	if got, err := DecodeCommand(shared.Encode(nil)); err != nil || got != shared {
+		t.Errorf("shared acquire round trip: %+v, %v", got, err)
+	}
+}
+
+// The ops of version 5 exist only in version 5 commands, and a session, a
+// mode or a limit needs version 5: an older version cannot carry them.
+func TestVersion5OpsOnlyInVersion5(t *testing.T) {
+	for op := OpSessionCreate; op <= OpSemRelease; op++ {
+		for v := uint8(1); v < 5; v++ {
+			if OpInVersion(op, v) {
+				t.Errorf("%v allowed in version %d", op, v)
+			}
+			// Bytes of an older version with the new op: refused.
+			data := (&Command{Version: 4, Op: OpTick, StampTerm: 1}).Encode(nil)
+			data[0], data[1] = v, byte(op)
+			if _, err := DecodeCommand(data); !errors.Is(err, ErrUnknownOp) {
+				t.Errorf("%v in version %d: err %v, want ErrUnknownOp", op, v, err)
+			}
+		}
+		if !OpInVersion(op, 5) || MinVersion(Command{Op: op}) < 5 {
+			t.Errorf("%v: not a version 5 op", op)
+		}
+	}
+	for _, c := range []Command{
+		{Op: OpAcquire, SessionID: "S"},
+		{Op: OpAcquire, Mode: ModeShared},
+		{Op: OpAcquire, Limit: 2},
+	} {
+		if MinVersion(c) < 5 || Fits(c, 4) {
+			t.Errorf("%+v fits version 4 (min %d)", c, MinVersion(c))
+		}
+	}
+	if MinVersion(Command{Op: OpAcquire, TTL: 10}) != 1 {
+		t.Error("a plain acquire needs more than version 1")
+	}
+	// A mode this build does not know came from a newer build.
+	data := (&Command{Version: 5, Op: OpAcquire, StampTerm: 1, Mode: ModeShared}).Encode(nil)
+	data[len(data)-2] = 7
+	if _, err := DecodeCommand(data); !errors.Is(err, ErrUnknownOp) {
+		t.Errorf("mode 7: err %v, want ErrUnknownOp", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a session in a version 4 command did not panic")
+		}
+	}()
+	(&Command{Version: 4, Op: OpAcquire, SessionID: "S"}).Encode(nil)
+}
+
+func TestStatusNames(t *testing.T) {
+	for s, want := range map[Status]string{StatusNoSession: "no_session", StatusFull: "full", StatusLimitMismatch: "limit_mismatch", StatusSessionFull: "session_full"} {
+		if s.String() != want {
+			t.Errorf("%d: %q, want %q", s, s.String(), want)
+		}
+	}
+}

@@ -33,7 +33,7 @@ func TestAdapterStopsOnUnknownOp(t *testing.T) {
 		data []byte
 		op   int
 	}{
-		{(&fsm.Command{Op: fsm.OpUpdate + 1, Name: "a"}).Encode(nil), 9},
+		{(&fsm.Command{Op: fsm.OpSemRelease + 1, Name: "a"}).Encode(nil), 15},
 		{force, 7},
 	} {
 		f := &raftFSM{m: fsm.New()}

@@ -99,6 +99,14 @@ func (r lockReader) ListIndexed(prefix string, limit int) ([]fsm.Lock, bool, uin
 	return r.m.ListIndexed(prefix, limit)
 }
 
+func (r lockReader) Holders(name string) []fsm.Lock { return r.m.Holders(name) }
+func (r lockReader) Session(id string) (fsm.Session, bool) {
+	return r.m.Session(id)
+}
+func (r lockReader) Semaphore(name string) (fsm.Semaphore, bool) {
+	return r.m.Semaphore(name)
+}
+
 // leaderReader is a leader's view: it also says a lock's time left and
 // its parked acquires (store.LeaseView).
 type leaderReader struct {
@@ -122,6 +130,11 @@ func (r leaderReader) Remaining(l fsm.Lock) (time.Duration, bool) {
 }
 
 func (r leaderReader) Waiters(name string) int { return r.n.waiters.parked(name) }
+
+// SemaphoreWaiters is how many semaphore acquires wait for name. None
+// park yet: semaphore acquires are refused until every member reads
+// command format 5.
+func (r leaderReader) SemaphoreWaiters(name string) int { return 0 }
 
 // parked is how many acquires wait for name.
 func (q *waitQueue) parked(name string) int {

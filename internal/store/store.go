@@ -74,6 +74,13 @@ type LockReader interface {
 	// index (fsm.Machine.Lookup).
 	Lookup(name string) (l fsm.Lock, held bool, index uint64)
 	ListIndexed(prefix string, limit int) ([]fsm.Lock, bool, uint64)
+	// Holders returns every lease holding lock name, by token (several
+	// for a shared lock); Get returns the first.
+	Holders(name string) []fsm.Lock
+	// Session returns a live session (fsm.Machine.Session).
+	Session(id string) (fsm.Session, bool)
+	// Semaphore returns a semaphore while anyone holds a permit of it.
+	Semaphore(name string) (fsm.Semaphore, bool)
 }
 
 // LeaseView is what a leader's LockReader adds, for reads to show: a held
@@ -87,6 +94,9 @@ type LeaseView interface {
 	Remaining(l fsm.Lock) (time.Duration, bool)
 	// Waiters is how many acquires are parked for name on this leader.
 	Waiters(name string) int
+	// SemaphoreWaiters is how many acquires are parked for semaphore name
+	// on this leader (semaphores and locks have separate names).
+	SemaphoreWaiters(name string) int
 }
 
 // Status describes the cluster as a node sees it.
