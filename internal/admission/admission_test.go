@@ -402,3 +402,25 @@ func TestWaitersShareFollowsTenants(t *testing.T) {
 		t.Fatalf("counts calm %d, flood %d, total %d; want 0, 5, 5", w.Of("calm"), w.Of("flood"), w.Total())
 	}
 }
+
+// After a brownout has brought the limit down, the limit is back at the
+// knee within 10 windows (1s at the default 100ms) of latency returning to
+// the unloaded pace. Windows on a fake clock: the figure in real time is
+// the bench's.
+func TestLimitReturnsWithinASecondOfWindows(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	l := NewLimit(Config{Initial: 8, Min: 4, Max: 512, Now: c.now})
+	healthy := pipeline{base: 2 * time.Millisecond, knee: 64}
+	before := saturate(l, c, healthy, 400)
+	if before < 64 {
+		t.Fatalf("limit %d under overload of a knee of 64, want at least 64", before)
+	}
+	down := saturate(l, c, pipeline{base: 2 * time.Millisecond, knee: 4}, 100)
+	if down > 16 {
+		t.Fatalf("limit %d in a brownout with knee 4, want at most 16", down)
+	}
+	got := saturate(l, c, healthy, 10)
+	if got < 64 {
+		t.Fatalf("limit %d ten windows after the brownout ended (from %d; %d before it), want back at the knee of 64", got, down, before)
+	}
+}

@@ -21,7 +21,7 @@ import (
 //     pipeline runs near the knee, which is what keeps the calm tenant's
 //     latency close to what it sees alone (the flood pays in throughput).
 //
-// Activity is remembered for ActiveFor, not only while calls are in
+// Activity is remembered for ActiveFor (250ms), not only while calls are in
 // flight: a calm tenant between two calls would otherwise hand the flood
 // the whole limit for that moment, and the flood would fill it.
 // Priority calls (renews and releases: shedding them loses leases or keeps

@@ -8,7 +8,9 @@
 // with the latency the same node shows when unloaded, and scale the limit by
 // the ratio. While latency stays within Tolerance of the baseline the limit
 // grows by about sqrt(limit) a window (a queue's worth of headroom, so the
-// limit keeps probing upward); once latency rises past it, the limit shrinks
+// limit keeps probing upward), and by a quarter a window while latency is
+// under half-way to the tolerance (so that it comes back within a second
+// after a brownout); once latency rises past it, the limit shrinks
 // in proportion, down to the concurrency at which the pipeline still
 // answers at its unloaded pace. Anything beyond it is shed at once.
 package admission
@@ -45,7 +47,9 @@ type Config struct {
 	// 100ms windows).
 	BaselineDrift float64
 	// ActiveFor is how long a tenant still counts for the Gate's shares
-	// after its last admitted call. 0: 1s.
+	// after its last admitted call. 0: 250ms, longer than the gaps between
+	// the calls of a tenant that keeps writing, short enough that a tenant
+	// gone quiet leaves the others their whole limit soon.
 	ActiveFor time.Duration
 	// Now is the clock; nil: time.Now. Tests inject one.
 	Now func() time.Time
@@ -81,12 +85,16 @@ func (c *Config) setDefaults() {
 		c.BaselineDrift = 0.05
 	}
 	if c.ActiveFor <= 0 {
-		c.ActiveFor = time.Second
+		c.ActiveFor = 250 * time.Millisecond
 	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 }
+
+// fastGrowth is the limit's growth a window while latency stays well within
+// tolerance (see update).
+const fastGrowth = 1.25
 
 // Limit is the adaptive concurrency limit. It is safe for concurrent use.
 type Limit struct {
@@ -177,6 +185,14 @@ func (l *Limit) update(avg time.Duration, used int) {
 	} else {
 		// Within tolerance: grow by a queue's worth of headroom, smoothed.
 		next = l.limit + math.Sqrt(l.limit)*l.cfg.Smoothing
+		if float64(avg) <= float64(l.baseline)*(1+(l.cfg.Tolerance-1)/2) {
+			// Well within it (under half-way to the tolerance): the
+			// pipeline is far from its knee, as after a brownout or a burst
+			// that came and went, so the limit returns by a quarter a
+			// window (64 to 256 in 7 windows) instead of creeping back by
+			// sqrt(limit) (70 windows). Near the knee it grows slowly again.
+			next = max(next, l.limit*fastGrowth)
+		}
 	}
 	l.limit = min(max(next, float64(l.cfg.Min)), float64(l.cfg.Max))
 }
