@@ -29,6 +29,12 @@ exit code (128+N if signal N ended it). COMMAND finds in its environment:
 
 The lease id is not passed: only raftlock exec renews and releases the lease.
 
+--shared holds the lock in shared mode, with other shared holders (readers);
+an exclusive holder waits for all of them. --semaphore N holds one of the N
+permits of semaphore NAME instead of the lock (semaphores are apart from
+locks); COMMAND then also finds RAFTLOCK_SEMAPHORE_SLOT, its slot 0..N-1:
+fence the storage per (NAME, slot), as the token rises per slot.
+
 If the lease is lost (the cluster says this lease no longer holds the lock,
 or no renewal succeeded before the lease's deadline), COMMAND gets SIGTERM,
 then SIGKILL after --kill-grace, and raftlock exec exits 4 whatever COMMAND
@@ -48,6 +54,8 @@ run it again, with a --lease-id of your own to resend safely.
 Examples:
   raftlock exec --ttl 10s orders/89041 -- ./charge.sh 89041
   raftlock exec --wait 5m --owner "$(hostname)-backup" backup/db -- sh -c 'pg_dump ... | upload'
+  raftlock exec --shared --wait 1m schema/orders -- ./read-report.sh
+  raftlock exec --semaphore 3 --wait 10m exporters -- ./export.sh
 `
 
 // execCmd is `raftlock exec`; it passes the process's SIGINT and SIGTERM on
@@ -71,9 +79,33 @@ type execArgs struct {
 // tests can send them.
 func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ env, sigs <-chan os.Signal) int {
 	c := newCLI("exec", execHelp, stdout, stderr)
+	shared := c.fs.Bool("shared", false, "hold the lock shared, together with other shared holders (no --lock-delay)")
+	semLimit := c.fs.Int("semaphore", 0, "hold a permit of semaphore NAME, which has this many, instead of the lock")
 	x, code, ok := parseExec(c, args, environ)
 	if !ok {
 		return code
+	}
+	a := x.acquire
+	take := func(ctx context.Context, cl *client.Client) (held, error) {
+		return asHeld(a.acquire(ctx, cl, c.conn, x.name))
+	}
+	switch {
+	case *shared && *semLimit != 0:
+		return c.usageError(errors.New("--shared and --semaphore exclude each other"))
+	case (*shared || *semLimit != 0) && a.lockDelay > 0:
+		return c.usageError(errors.New("--lock-delay is for exclusive locks only"))
+	case *shared:
+		take = func(ctx context.Context, cl *client.Client) (held, error) {
+			return asHeld(acquireShared(ctx, a, cl, c.conn, x.name))
+		}
+	case *semLimit != 0:
+		if err := checkLimit(*semLimit); err != nil {
+			return c.usageError(fmt.Errorf("--semaphore: %w", err))
+		}
+		s := &semFlags{ttl: a.ttl, wait: a.wait, owner: a.owner, leaseID: a.leaseID}
+		take = func(ctx context.Context, cl *client.Client) (held, error) {
+			return asHeld(acquirePermit(ctx, cl, c.conn, x.name, *semLimit, s))
+		}
 	}
 	cmd, cl, code, ok := prepareCommand(c, "raftlock exec", x, stderr)
 	if !ok {
@@ -81,15 +113,49 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ e
 	}
 	defer cl.Close()
 
-	lease, sig, err := acquireInterruptible(x.acquire, cl, c.conn, x.name, sigs)
+	lease, sig, err := acquireInterruptible(func(ctx context.Context) (held, error) { return take(ctx, cl) }, c.conn, sigs)
 	if sig != nil {
 		fmt.Fprintf(stderr, "raftlock exec: %v while acquiring %s\n", sig, x.name)
 		return signalCode(sig)
 	}
 	if err != nil {
-		return c.fail(err) // exit 6 when the acquire's outcome is unknown
+		return failIssue15(c, err) // exit 6 when the acquire's outcome is unknown
+	}
+	if p, ok := lease.(*client.Permit); ok {
+		environ = append(environ, "RAFTLOCK_SEMAPHORE_SLOT="+strconv.Itoa(p.Slot()))
 	}
 	return runWhileHeld(c, "raftlock exec", x, cmd, lease, environ, stdin, stdout, stderr, sigs)
+}
+
+// held is what exec holds while the command runs: a *client.Lease, or a
+// *client.Permit with --semaphore.
+type held interface {
+	Token() uint64
+	Lost() <-chan struct{}
+	Err() error
+	Release(ctx context.Context) error
+}
+
+// asHeld keeps a failed acquire's nil out of the interface.
+func asHeld[T held](h T, err error) (held, error) {
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// acquireShared is acquireFlags.acquire for a shared hold.
+func acquireShared(parent context.Context, a *acquireFlags, cl *client.Client, cn *conn, name string) (*client.Lease, error) {
+	opts := client.AcquireOptions{TTL: a.ttl, Owner: a.owner, LeaseID: a.leaseID, Shared: true}
+	if a.wait == 0 {
+		ctx, cancel := context.WithTimeout(parent, cn.timeout)
+		defer cancel()
+		return cl.TryAcquire(ctx, name, opts)
+	}
+	opts.Wait = min(a.wait, client.MaxWaitRound)
+	ctx, cancel := context.WithTimeout(parent, a.wait)
+	defer cancel()
+	return cl.Acquire(ctx, name, opts)
 }
 
 // prepareCommand resolves the command before the lock is taken, so that a
@@ -111,7 +177,7 @@ func prepareCommand(c *cli, who string, x execArgs, stderr io.Writer) (*exec.Cmd
 // starts the child with the lock's environment, supervises it (forwarded
 // signals, SIGTERM then SIGKILL on a lost lease) and releases the lease
 // when the child ends, answering with the child's exit code.
-func runWhileHeld(c *cli, who string, x execArgs, cmd *exec.Cmd, lease *client.Lease, environ env, stdin io.Reader, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
+func runWhileHeld(c *cli, who string, x execArgs, cmd *exec.Cmd, lease held, environ env, stdin io.Reader, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	release := func() error {
 		ctx, cancel := c.conn.ctx()
 		defer cancel()
@@ -200,7 +266,7 @@ func (ch *child) signalGroup(s syscall.Signal) {
 // SIGTERM, then SIGKILL once killGrace has passed. It returns Wait's error
 // and whether it reported the loss (the lease may still be lost after the
 // command ended, unreported).
-func (ch *child) supervise(lease *client.Lease, sigs <-chan os.Signal, killGrace time.Duration, name string, stderr io.Writer) (waitErr error, lossReported bool) {
+func (ch *child) supervise(lease held, sigs <-chan os.Signal, killGrace time.Duration, name string, stderr io.Writer) (waitErr error, lossReported bool) {
 	lost := lease.Lost()
 	var kill <-chan time.Time // fires killGrace after the SIGTERM
 	for {
@@ -230,7 +296,7 @@ func (ch *child) supervise(lease *client.Lease, sigs <-chan os.Signal, killGrace
 // returns exec's exit code: exitNotHolder if the lease was lost by then (the
 // command's work may not have been protected by the lock), else the
 // command's own.
-func releaseAndExitCode(lease *client.Lease, release func() error, waitErr error, lossReported bool, name string, stderr io.Writer) int {
+func releaseAndExitCode(lease held, release func() error, waitErr error, lossReported bool, name string, stderr io.Writer) int {
 	lost := false
 	select {
 	case <-lease.Lost():
@@ -255,16 +321,16 @@ func releaseAndExitCode(lease *client.Lease, release func() error, waitErr error
 // acquireInterruptible acquires the lock; a signal from sigs stops the
 // attempt (the client then releases anything the attempt may have taken) and
 // is returned.
-func acquireInterruptible(a *acquireFlags, cl *client.Client, cn *conn, name string, sigs <-chan os.Signal) (*client.Lease, os.Signal, error) {
+func acquireInterruptible(take func(ctx context.Context) (held, error), cn *conn, sigs <-chan os.Signal) (held, os.Signal, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type result struct {
-		lease *client.Lease
+		lease held
 		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
-		l, err := a.acquire(ctx, cl, cn, name)
+		l, err := take(ctx)
 		done <- result{l, err}
 	}()
 	select {
@@ -282,7 +348,7 @@ func acquireInterruptible(a *acquireFlags, cl *client.Client, cn *conn, name str
 	}
 }
 
-func lostReason(l *client.Lease) string {
+func lostReason(l held) string {
 	switch err := l.Err(); {
 	case errors.Is(err, client.ErrNotHolder):
 		return "the cluster says this lease no longer holds the lock"

@@ -36,6 +36,8 @@ Usage:
   raftlock elect [flags] --value V NAME -- CMD...  run CMD only while leading election NAME
   raftlock leader NAME                  the value the leader of NAME published (exit 3: nobody leads)
   raftlock watch [--prefix] NAME        print a lock's state at each change until interrupted
+  raftlock session create|renew|close|show      many leases on one keepalive
+  raftlock semaphore acquire|renew|release|show  permits of a fenced semaphore (also: sem)
   raftlock cluster status|join|leave|transfer
   raftlock health [--live]              exit 0 if the node is ready (container healthchecks)
   raftlock bench [flags]                load-test the cluster: cycles/s, latency, safety slips
@@ -83,6 +85,11 @@ var commands = map[string]command{
 	"elect":   electCmd,
 	"leader":  leaderCmd,
 	"watch":   watchCmd,
+
+	"session":   sessionCmd,
+	"semaphore": semaphoreCmd,
+	"sem":       semaphoreCmd,
+
 	"cluster": clusterCmd,
 	"health":  healthCmd,
 	"bench":   benchCmd,
