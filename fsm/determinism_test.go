@@ -97,7 +97,11 @@ func genLog(next func(n int) int, length int) []logEntry {
 		// All three formats, and version 2 stamps read in another term: an
 		// earlier one (a leader that stamped, was deposed and won again)
 		// or, as bytes allow, any other.
-		switch next(8) {
+		switch next(10) {
+		case 8, 9:
+			v5 := genV5(next, stamp, term, c.Name, c.LeaseID)
+			out = append(out, logEntry{uint64(i + 1), term, v5.Encode(nil)})
+			continue
 		case 0, 1:
 			c.Version = commandVersion1
 		case 6:
@@ -140,6 +144,56 @@ func genLog(next func(n int) int, length int) []logEntry {
 		out = append(out, logEntry{uint64(i + 1), term, c.Encode(nil)})
 	}
 	return out
+}
+
+// genV5 makes a version 5 command: sessions (two ids, two owners),
+// acquires bound to a session or shared, semaphores on the lock names
+// (their own namespace) with limits 1 and 2, and the lock commands on
+// leases that may be session-bound or shared.
+func genV5(next func(n int) int, stamp int64, term uint64, name, leaseID string) Command {
+	sessions := [...]string{"S1", "S2"}
+	c := Command{Version: commandVersion5, Stamp: stamp, StampTerm: term, Name: name, LeaseID: leaseID}
+	sid := sessions[next(len(sessions))]
+	ttl := int64(1+next(3)) * 100
+	op := next(12)
+	if op >= 6 && op <= 9 {
+		c.Name, ttl = "ab"[next(2):][:1], 3*ttl // semaphores crowd onto two names
+	}
+	switch op {
+	case 0, 1:
+		c = Command{Version: commandVersion5, Op: OpSessionCreate, Stamp: stamp, StampTerm: term, SessionID: sid,
+			Owner: "owner-" + strconv.Itoa(next(2)), TTL: 3 * ttl, LockDelay: int64(next(2)) * 100}
+	case 2:
+		c = Command{Version: commandVersion5, Op: OpSessionRenew, Stamp: stamp, StampTerm: term, SessionID: sid, TTL: int64(next(3)) * 300}
+	case 3:
+		c = Command{Version: commandVersion5, Op: OpSessionClose, Stamp: stamp, StampTerm: term, SessionID: sid}
+	case 4, 5:
+		c.Op, c.Owner, c.Mode = OpAcquire, "owner-"+leaseID, Mode(next(2))
+		if next(2) == 0 {
+			c.SessionID = sid
+		} else {
+			c.TTL = ttl
+		}
+	case 6, 7:
+		c.Op, c.Owner, c.Limit = OpSemAcquire, "owner-"+leaseID, int64(1+next(2)/2) // mostly 1: full
+		if next(2) == 0 {
+			c.SessionID = sid
+		} else {
+			c.TTL = ttl
+		}
+	case 8:
+		c.Op, c.TTL = OpSemRenew, int64(next(3))*100
+	case 9:
+		c.Op = OpSemRelease
+	case 10:
+		c.Op, c.TTL = OpRenew, int64(next(3))*100
+	default:
+		c.Op = [...]Op{OpRelease, OpForceRelease, OpUpdate}[next(3)]
+		if c.Op == OpUpdate {
+			c.Value = "w" + strconv.Itoa(next(2))
+		}
+	}
+	return c
 }
 
 // checkRestoreAnywhere replays entries on one replica and, for a snapshot

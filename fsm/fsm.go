@@ -129,14 +129,6 @@ type Result struct {
 	FreedSemaphores []string
 }
 
-// entry is a lock that is either held or in its lock-delay after an expiry.
-type entry struct {
-	lock    Lock
-	delayed bool  // true: lease expired, nobody may acquire until until
-	until   int64 // deadline (held) or end of lock-delay (delayed), FSM clock ns
-	slot    int   // position in the timers heap
-}
-
 // Clock is the FSM's notion of time: nanoseconds built only from intervals one
 // leader measured within its own term.
 type Clock struct {
@@ -149,12 +141,14 @@ type Clock struct {
 // Machine is the lock state machine. It is safe for concurrent use: Apply
 // takes the write lock, readers the read lock.
 type Machine struct {
-	mu     sync.RWMutex
-	clock  Clock
-	locks  map[string]*entry
-	timers timerHeap // every entry, ordered by until
-	held   int
-	nodes  map[string]string // node id -> HTTP address
+	mu       sync.RWMutex
+	clock    Clock
+	locks    map[string]*entry     // held or in lock-delay
+	sems     map[string]*semaphore // while anyone holds a permit
+	sessions map[string]*session
+	timers   timerHeap         // every deadline: leases with a TTL, lock-delays, sessions
+	held     int               // leases held: lock holders and permits
+	nodes    map[string]string // node id -> HTTP address
 	// tombs remembers, for locks that became free, the index at which they
 	// did, so a blocking read on a freed lock sees its index rise; at most
 	// maxTombs of them, the oldest pruned first, floor the highest index
@@ -163,7 +157,11 @@ type Machine struct {
 	tombHeap tombHeap
 	floor    uint64
 	maxTombs int
-	changed  []string // names changed by the entry being applied
+	// What the entry being applied did, collected for its Result.
+	changed   []string
+	freed     []string
+	freedSems []string
+	expired   int
 	// maxExpiries is MaxExpiriesPerEntry; tests lower it to reach the cap
 	// with a handful of locks. Replicas must agree on it.
 	maxExpiries int
@@ -171,7 +169,8 @@ type Machine struct {
 
 // New returns an empty machine.
 func New() *Machine {
-	return &Machine{locks: make(map[string]*entry), nodes: make(map[string]string), tombs: make(map[string]*tomb),
+	return &Machine{locks: make(map[string]*entry), sems: make(map[string]*semaphore), sessions: make(map[string]*session),
+		nodes: make(map[string]string), tombs: make(map[string]*tomb),
 		maxExpiries: MaxExpiriesPerEntry, maxTombs: MaxTombstones}
 }
 
@@ -197,11 +196,18 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.advance(index, term, c)
-	m.changed = nil
-	freed, expired := m.expireDue()
-	if c.Op == OpAcquire || c.Op == OpRenew || c.Op == OpRelease || c.Op == OpForceRelease || c.Op == OpUpdate {
-		f, x := m.settleName(c.Name)
-		freed, expired = append(freed, f...), expired+x
+	m.changed, m.freed, m.freedSems, m.expired = nil, nil, nil, 0
+	m.expireDue()
+	// A command settles what it acts on whatever the cap left, so it acts
+	// on it as of Now.
+	switch c.Op {
+	case OpAcquire, OpRenew, OpRelease, OpForceRelease, OpUpdate:
+		m.settleLock(c.Name)
+	case OpSemAcquire, OpSemRenew, OpSemRelease:
+		m.settleSem(c.Name)
+	}
+	if c.SessionID != "" {
+		m.settleSession(c.SessionID)
 	}
 	var r Result
 	switch c.Op {
@@ -215,6 +221,18 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 		r = m.forceRelease(c)
 	case OpUpdate:
 		r = m.update(c)
+	case OpSessionCreate:
+		r = m.sessionCreate(index, c)
+	case OpSessionRenew:
+		r = m.sessionRenew(index, c)
+	case OpSessionClose:
+		r = m.sessionClose(c)
+	case OpSemAcquire:
+		r = m.semAcquire(index, c)
+	case OpSemRenew:
+		r = m.semRenew(index, c)
+	case OpSemRelease:
+		r = m.semRelease(c)
 	case OpTick:
 	case OpSetNode:
 		if c.NodeID == "" {
@@ -229,9 +247,8 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 		// a replica never answers an entry another version would apply.
 		r.Status = StatusInvalid
 	}
-	r.Freed = append(freed, r.Freed...)
-	r.Expired = expired
-	r.Changed, m.changed = m.changed, nil
+	r.Freed, r.FreedSemaphores, r.Expired, r.Changed = m.freed, m.freedSems, m.expired, m.changed
+	m.changed, m.freed, m.freedSems = nil, nil, nil
 	return r
 }
 
@@ -269,185 +286,185 @@ func (m *Machine) advance(index, term uint64, c Command) {
 // lock-delay) one entry settles, so that 100,000 leases due at one moment do
 // not hold the machine in one long Apply: the leader ticks again at once
 // while more are due, and a command on a lock always settles that lock
-// first. Replicas must agree on it: changing it is a log format change.
+// first. A session's expiry counts the leases it ends (at least 1), and is
+// never split: it is settled whole, or left to the next entry unless it is
+// the entry's first. Replicas must agree on it: changing it is a log format
+// change.
 const MaxExpiriesPerEntry = 4096
 
-// expireDue ends the leases and lock-delays whose time has come, earliest
-// first, at most MaxExpiriesPerEntry of them. It runs on every entry, so all
-// replicas expire a lease at the same log position.
-func (m *Machine) expireDue() (freed []string, expired int) {
-	for n := 0; n < m.maxExpiries && len(m.timers) > 0 && m.timers[0].until <= m.clock.Now; n++ {
-		name, ended := m.settle(m.timers[0])
-		if name != "" {
-			freed = append(freed, name)
+// expireDue settles the timers whose time has come, earliest first (in the
+// total order of timerHeap), within MaxExpiriesPerEntry. It runs on every
+// entry, so all replicas expire a lease at the same log position.
+func (m *Machine) expireDue() {
+	for n := 0; n < m.maxExpiries && len(m.timers) > 0 && m.timers[0].until <= m.clock.Now; {
+		t := m.timers[0]
+		cost := 1
+		if t.kind == timerSession {
+			cost = max(1, len(t.sess.leases))
 		}
-		if ended {
-			expired++
+		if n > 0 && n+cost > m.maxExpiries {
+			return // a session's leases end together, in the next entry
 		}
+		n += cost
+		m.settle(t)
 	}
-	return freed, expired
 }
 
-// settleName settles name's timer if it is due, whatever the cap left, so
-// the command about to act on name sees it as of now.
-func (m *Machine) settleName(name string) (freed []string, expired int) {
-	if e, ok := m.locks[name]; ok && e.until <= m.clock.Now {
-		n, ended := m.settle(e)
-		if n != "" {
-			freed = append(freed, n)
-		}
-		if ended {
-			expired++
-		}
+// settle acts on a due timer: a lease ends (an exclusive lock with
+// lock-delay enters its delay), a lock-delay ends, a session ends with all
+// its leases.
+func (m *Machine) settle(t *timer) {
+	switch {
+	case t.kind == timerSession:
+		m.expired += m.endSession(t.sess, true)
+	case t.entry != nil: // the end of a lock-delay
+		e := t.entry
+		m.stopTimer(t)
+		delete(m.locks, e.name)
+		m.bury(e.name)
+		m.freed = append(m.freed, e.name)
+	case t.lease.lock.Limit > 0:
+		m.endPermit(m.sems[t.lease.lock.Name], t.lease)
+		m.expired++
+	default:
+		m.endLockLease(m.locks[t.lease.lock.Name], t.lease, true)
+		m.expired++
 	}
-	return freed, expired
 }
 
-// settle moves a due entry on: a lease with lock-delay into its delay, any
-// other lease or an ended delay out of the table. It returns the lock's name
-// if the lock became free, and whether a lease ended.
-func (m *Machine) settle(e *entry) (freed string, leaseEnded bool) {
-	if !e.delayed && e.lock.LockDelay > 0 {
+// settleLock settles lock name's due timers (its lease's or lock-delay's,
+// or its holders' sessions'), whatever the cap left, so the command about
+// to act on name sees it as of now.
+func (m *Machine) settleLock(name string) {
+	e, ok := m.locks[name]
+	if !ok {
+		return
+	}
+	if e.delayed {
+		if e.delay.until <= m.clock.Now {
+			m.settle(&e.delay)
+		}
+		return
+	}
+	for _, l := range append([]*lease(nil), e.holders...) {
+		m.settleLease(l)
+	}
+}
+
+// settleSem is settleLock for a semaphore's permits.
+func (m *Machine) settleSem(name string) {
+	if s, ok := m.sems[name]; ok {
+		for _, l := range append([]*lease(nil), s.holders...) {
+			m.settleLease(l)
+		}
+	}
+}
+
+// settleLease settles l's timer, or its session's, if due.
+func (m *Machine) settleLease(l *lease) {
+	switch {
+	case l.ended:
+	case l.lock.SessionID != "":
+		m.settleSession(l.lock.SessionID)
+	case l.t.until <= m.clock.Now:
+		m.settle(&l.t)
+	}
+}
+
+func (m *Machine) settleSession(id string) {
+	if s, ok := m.sessions[id]; ok && s.t.until <= m.clock.Now {
+		m.settle(&s.t)
+	}
+}
+
+// endLockLease ends l, a lease holding lock e. With delay (an expiry or a
+// force release, not a release or a session's close) an exclusive lease
+// with lock-delay puts the lock into its delay.
+func (m *Machine) endLockLease(e *entry, l *lease, delay bool) {
+	v := m.viewLock(e, l)
+	m.unlink(l)
+	for i, h := range e.holders {
+		if h == l {
+			e.holders = append(e.holders[:i], e.holders[i+1:]...)
+			break
+		}
+	}
+	if delay && v.Mode == ModeExclusive && v.LockDelay > 0 && len(e.holders) == 0 {
 		// Chubby/Consul lock-delay: a holder that vanished may still be
 		// writing, so keep the lock from new holders for a while.
 		e.delayed = true
-		e.until = m.clock.Now + e.lock.LockDelay*1e6
-		m.held--
-		heap.Fix(&m.timers, e.slot)
+		e.delay = timer{until: m.clock.Now + v.LockDelay*1e6, name: e.name, kind: timerLock, entry: e}
+		heap.Push(&m.timers, &e.delay)
 		m.touch(e) // readers see it free from now
-		return "", true
+		v.Index = e.index
+		e.gone = v
+		return
 	}
-	heap.Remove(&m.timers, e.slot)
-	if !e.delayed {
-		m.held--
-		leaseEnded = true
-	}
-	delete(m.locks, e.lock.Name)
-	m.bury(e.lock.Name)
-	return e.lock.Name, leaseEnded
-}
-
-func (m *Machine) acquire(index uint64, c Command) Result {
-	if c.Name == "" || c.LeaseID == "" || c.TTL <= 0 || c.LockDelay < 0 {
-		return Result{Status: StatusInvalid}
-	}
-	if e, ok := m.locks[c.Name]; ok {
-		if e.delayed {
-			return Result{Status: StatusHeld, Holder: e.lock, Retry: ceilMillis(e.until - m.clock.Now)}
-		}
-		if e.lock.LeaseID != c.LeaseID {
-			return Result{Status: StatusHeld, Holder: e.lock}
-		}
-		// The same lease asks again: a client retrying after a timeout. It
-		// keeps its token and, like a renew, its deadline moves from now.
-		// A version 4 retry also sets the value (the holder's latest
-		// word); older commands have none to set and keep it.
-		if e.lock.TTL != c.TTL || (c.Version >= commandVersion4 && e.lock.Value != c.Value) {
-			m.touch(e)
-		}
-		if c.Version >= commandVersion4 {
-			e.lock.Value = c.Value
-		}
-		e.lock.TTL, e.lock.LockDelay = c.TTL, c.LockDelay
-		m.setUntil(e, m.clock.Now+c.TTL*1e6)
-		return Result{Status: StatusOK, Lock: e.lock}
-	}
-	e := &entry{lock: Lock{
-		Name: c.Name, Owner: c.Owner, LeaseID: c.LeaseID,
-		Token: index, TTL: c.TTL, LockDelay: c.LockDelay, Value: c.Value,
-	}}
-	e.until = m.clock.Now + c.TTL*1e6
-	e.lock.Deadline = e.until
-	m.locks[c.Name] = e
-	heap.Push(&m.timers, e)
-	m.held++
-	m.unbury(c.Name)
-	m.touch(e)
-	return Result{Status: StatusOK, Lock: e.lock}
-}
-
-func (m *Machine) renew(c Command) Result {
-	if c.TTL < 0 {
-		return Result{Status: StatusInvalid}
-	}
-	e := m.holding(c)
-	if e == nil {
-		return Result{Status: StatusNotHolder}
-	}
-	if c.TTL > 0 && c.TTL != e.lock.TTL {
-		e.lock.TTL = c.TTL
+	if len(e.holders) == 0 {
+		delete(m.locks, e.name)
+		m.bury(e.name)
+	} else {
 		m.touch(e)
 	}
-	m.setUntil(e, m.clock.Now+e.lock.TTL*1e6)
-	return Result{Status: StatusOK, Lock: e.lock}
+	m.freed = append(m.freed, e.name)
 }
 
-// update replaces the value of the lock c's lease holds; the token, TTL and
-// deadline stay. An unchanged value changes nothing (and not the index).
-func (m *Machine) update(c Command) Result {
-	if c.Name == "" {
-		return Result{Status: StatusInvalid}
+// endPermit ends l, a permit of semaphore s.
+func (m *Machine) endPermit(s *semaphore, l *lease) {
+	m.unlink(l)
+	for i, h := range s.holders {
+		if h == l {
+			s.holders = append(s.holders[:i], s.holders[i+1:]...)
+			break
+		}
 	}
-	e := m.holding(c)
-	if e == nil {
-		return Result{Status: StatusNotHolder}
+	s.index = m.clock.Index
+	if len(s.holders) == 0 {
+		delete(m.sems, s.name)
 	}
-	if e.lock.Value != c.Value {
-		e.lock.Value = c.Value
-		m.touch(e)
-	}
-	return Result{Status: StatusOK, Lock: e.lock}
+	m.freedSems = append(m.freedSems, s.name)
 }
 
-func (m *Machine) release(c Command) Result {
-	e := m.holding(c)
-	if e == nil {
-		return Result{Status: StatusNotHolder}
+// endSession ends session s and every lease it holds, at this entry, in a
+// fixed order (locks then permits, by name, then token). With delay (an
+// expiry) its exclusive locks enter the session's lock-delay. It returns
+// how many leases ended.
+func (m *Machine) endSession(s *session, delay bool) int {
+	leases := s.sorted()
+	for _, l := range leases {
+		if l.lock.Limit > 0 {
+			m.endPermit(m.sems[l.lock.Name], l)
+		} else {
+			m.endLockLease(m.locks[l.lock.Name], l, delay)
+		}
 	}
-	heap.Remove(&m.timers, e.slot)
-	delete(m.locks, c.Name)
+	m.stopTimer(&s.t)
+	delete(m.sessions, s.s.ID)
+	return len(leases)
+}
+
+// unlink takes l out of the timers and its session: it holds nothing now.
+func (m *Machine) unlink(l *lease) {
+	m.stopTimer(&l.t)
+	if l.lock.SessionID != "" {
+		if s, ok := m.sessions[l.lock.SessionID]; ok {
+			delete(s.leases, l)
+		}
+	}
+	l.ended = true
 	m.held--
-	m.bury(c.Name)
-	return Result{Status: StatusOK, Lock: e.lock, Freed: []string{c.Name}}
 }
 
-// forceRelease ends the lease holding c.Name, whoever holds it, exactly as
-// its expiry would at this entry: with lock-delay the lock enters its delay
-// (the holder may still be writing), otherwise it is freed. Result.Lock is
-// the lease it ended. A lock that is free or already in its lock-delay is
-// left as it is: StatusOK with an empty Lock, so a retried force release
-// (after an unknown outcome) succeeds and says it ended nothing.
-func (m *Machine) forceRelease(c Command) Result {
-	if c.Name == "" {
-		return Result{Status: StatusInvalid}
+func (m *Machine) stopTimer(t *timer) {
+	if t.slot >= 0 {
+		heap.Remove(&m.timers, t.slot)
+		t.slot = -1
 	}
-	e, ok := m.locks[c.Name]
-	if !ok || e.delayed {
-		return Result{Status: StatusOK}
-	}
-	ended := e.lock
-	e.until = m.clock.Now // due now: settle applies the lease's lock-delay, if any
-	heap.Fix(&m.timers, e.slot)
-	freed, _ := m.settle(e)
-	r := Result{Status: StatusOK, Lock: ended}
-	if freed != "" {
-		r.Freed = []string{freed}
-	}
-	return r
 }
 
-// holding returns the entry c's lease holds, or nil.
-func (m *Machine) holding(c Command) *entry {
-	e, ok := m.locks[c.Name]
-	if !ok || e.delayed || c.LeaseID == "" || e.lock.LeaseID != c.LeaseID {
-		return nil
-	}
-	return e
-}
-
-func (m *Machine) setUntil(e *entry, until int64) {
-	e.until, e.lock.Deadline = until, until
-	heap.Fix(&m.timers, e.slot)
+func (m *Machine) setUntil(l *lease, until int64) {
+	l.t.until, l.lock.Deadline = until, until
+	heap.Fix(&m.timers, l.t.slot)
 }
 
 // ceilMillis converts nanoseconds to milliseconds, rounding up so a client
@@ -456,10 +473,10 @@ func ceilMillis(ns int64) int64 {
 	return (ns + 1e6 - 1) / 1e6
 }
 
-// touch records that the entry being applied changed e.
+// touch records that the entry being applied changed lock e.
 func (m *Machine) touch(e *entry) {
-	e.lock.Index = m.clock.Index
-	m.changed = append(m.changed, e.lock.Name)
+	e.index = m.clock.Index
+	m.changed = append(m.changed, e.name)
 }
 
 // bury records that name became free at the entry being applied, pruning
@@ -489,7 +506,7 @@ func (m *Machine) unbury(name string) {
 // tombstone's, else the floor (0 until a tombstone was pruned).
 func (m *Machine) indexOf(name string) uint64 {
 	if e, ok := m.locks[name]; ok {
-		return e.lock.Index
+		return e.index
 	}
 	if t, ok := m.tombs[name]; ok {
 		return t.index
@@ -516,8 +533,8 @@ func (m *Machine) PrefixIndex(prefix string) uint64 {
 	defer m.mu.RUnlock()
 	hi := m.floor
 	for name, e := range m.locks {
-		if e.lock.Index > hi && strings.HasPrefix(name, prefix) {
-			hi = e.lock.Index
+		if e.index > hi && strings.HasPrefix(name, prefix) {
+			hi = e.index
 		}
 	}
 	for name, t := range m.tombs {
@@ -528,7 +545,8 @@ func (m *Machine) PrefixIndex(prefix string) uint64 {
 	return hi
 }
 
-// Get returns the lease holding name, if any.
+// Get returns the lease holding name, if any: of a shared lock, the holder
+// with the lowest token.
 func (m *Machine) Get(name string) (Lock, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -536,7 +554,7 @@ func (m *Machine) Get(name string) (Lock, bool) {
 	if !ok || e.delayed {
 		return Lock{}, false
 	}
-	return e.lock, true
+	return m.viewLock(e, e.holders[0]), true
 }
 
 // Lookup returns lock name if it is held, and the index of its last change,
@@ -547,7 +565,7 @@ func (m *Machine) Lookup(name string) (l Lock, held bool, index uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if e, ok := m.locks[name]; ok && !e.delayed {
-		return e.lock, true, e.lock.Index
+		return m.viewLock(e, e.holders[0]), true, e.index
 	}
 	return Lock{}, false, m.indexOf(name)
 }
@@ -562,9 +580,9 @@ func (m *Machine) ListIndexed(prefix string, limit int) ([]Lock, bool, uint64) {
 		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
-		hi = max(hi, e.lock.Index)
+		hi = max(hi, e.index)
 		if !e.delayed {
-			out = append(out, e.lock)
+			out = append(out, m.viewLock(e, e.holders[0]))
 		}
 	}
 	for name, t := range m.tombs {
@@ -581,21 +599,11 @@ func (m *Machine) ListIndexed(prefix string, limit int) ([]Lock, bool, uint64) {
 }
 
 // List returns held locks whose names start with prefix, sorted by name, at
-// most limit of them (limit <= 0: all), and whether more matched.
+// most limit of them (limit <= 0: all), and whether more matched. A shared
+// lock appears once, as its lowest-token holder.
 func (m *Machine) List(prefix string, limit int) ([]Lock, bool) {
-	m.mu.RLock()
-	var out []Lock
-	for name, e := range m.locks {
-		if !e.delayed && strings.HasPrefix(name, prefix) {
-			out = append(out, e.lock)
-		}
-	}
-	m.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	if limit > 0 && len(out) > limit {
-		return out[:limit], true
-	}
-	return out, false
+	out, more, _ := m.ListIndexed(prefix, limit)
+	return out, more
 }
 
 // Holders returns every lease holding lock name, by token: one for an
@@ -604,19 +612,36 @@ func (m *Machine) Holders(name string) []Lock {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if e, ok := m.locks[name]; ok && !e.delayed {
-		return []Lock{e.lock}
+		return m.viewHolders(e)
 	}
 	return nil
 }
 
-// Session returns session id while it lives.
+// Session returns session id while it lives, with its leases.
 func (m *Machine) Session(id string) (Session, bool) {
-	return Session{}, false
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s, ok := m.sessions[id]
+	if !ok {
+		return Session{}, false
+	}
+	return m.viewSession(s), true
 }
 
-// Semaphore returns semaphore name; false when nobody holds a permit.
+// Semaphore returns semaphore name, its holders by slot; false when nobody
+// holds a permit.
 func (m *Machine) Semaphore(name string) (Semaphore, bool) {
-	return Semaphore{}, false
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	s, ok := m.sems[name]
+	if !ok {
+		return Semaphore{}, false
+	}
+	out := Semaphore{Name: s.name, Limit: s.limit, Index: s.index, Holders: make([]Lock, len(s.holders))}
+	for i, l := range s.holders {
+		out.Holders[i] = m.viewPermit(s, l)
+	}
+	return out, true
 }
 
 // Clock returns the FSM clock as of the last applied entry.
@@ -626,8 +651,8 @@ func (m *Machine) Clock() Clock {
 	return m.clock
 }
 
-// NextTimer returns the FSM clock time of the next expiry or end of
-// lock-delay, and false when there is none.
+// NextTimer returns the FSM clock time of the next expiry (of a lease or a
+// session) or end of lock-delay, and false when there is none.
 func (m *Machine) NextTimer() (int64, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -637,7 +662,7 @@ func (m *Machine) NextTimer() (int64, bool) {
 	return m.timers[0].until, true
 }
 
-// HeldCount returns how many leases are held.
+// HeldCount returns how many leases are held: lock holders and permits.
 func (m *Machine) HeldCount() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -663,36 +688,70 @@ func (m *Machine) NodeAddr(id string) (string, bool) {
 	return addr, ok
 }
 
-// timerHeap orders entries by until, then by name; container/heap keeps
-// each entry's slot current so renewals and releases can fix or remove it in
-// O(log n). The order must be total: when more timers are due at one instant
-// than an entry may settle, which ones it settles must not depend on the
-// heap's layout, which differs between a replica that replayed the log and
-// one that restored a snapshot (heap.Init). Names are unique keys of locks.
-type timerHeap []*entry
+// timerKind is part of a timer's key. Before format 5 only timerLock
+// existed, keyed by lock name alone; the order of those among themselves is
+// unchanged (a log of older entries settles exactly as before).
+type timerKind uint8
+
+const (
+	timerLock    timerKind = iota // an exclusive lease with a TTL, or a lock-delay
+	timerShared                   // a shared holder's TTL (sub: its lease id)
+	timerPermit                   // a permit's TTL (name: the semaphore; sub: lease id)
+	timerSession                  // a session (name: its id)
+)
+
+// timer is one deadline on the FSM clock, with a key unique among timers:
+// (name, kind, sub). It points at what it ends.
+type timer struct {
+	until int64
+	name  string
+	kind  timerKind
+	sub   string
+	slot  int // position in the heap, -1 when not in it
+
+	lease *lease   // a lease's TTL
+	entry *entry   // a lock-delay's end
+	sess  *session // a session's
+}
+
+// timerHeap orders timers by until, then by key (name, kind, sub);
+// container/heap keeps each timer's slot current so renewals and releases
+// can fix or remove it in O(log n). The order must be total: when more
+// timers are due at one instant than an entry may settle, which ones it
+// settles must not depend on the heap's layout, which differs between a
+// replica that replayed the log and one that restored a snapshot
+// (heap.Init).
+type timerHeap []*timer
 
 func (h timerHeap) Len() int { return len(h) }
 func (h timerHeap) Less(i, j int) bool {
-	if h[i].until != h[j].until {
-		return h[i].until < h[j].until
+	a, b := h[i], h[j]
+	if a.until != b.until {
+		return a.until < b.until
 	}
-	return h[i].lock.Name < h[j].lock.Name
+	if a.name != b.name {
+		return a.name < b.name
+	}
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	return a.sub < b.sub
 }
 func (h timerHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].slot, h[j].slot = i, j
 }
 func (h *timerHeap) Push(x any) {
-	e := x.(*entry)
-	e.slot = len(*h)
-	*h = append(*h, e)
+	t := x.(*timer)
+	t.slot = len(*h)
+	*h = append(*h, t)
 }
 func (h *timerHeap) Pop() any {
 	old := *h
-	e := old[len(old)-1]
+	t := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	return e
+	return t
 }
 
 // tomb is a freed lock's index. tombHeap orders tombstones by index, then

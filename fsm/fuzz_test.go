@@ -17,6 +17,10 @@ func FuzzApply(f *testing.F) {
 		{Version: 2, Op: OpTick, Stamp: 1 << 40, StampTerm: 7},
 		{Version: 2, Op: OpAcquire, Stamp: 5, StampTerm: 1, Name: "a", LeaseID: "L", TTL: 1000},
 		{Version: 3, Op: OpForceRelease, Stamp: 6, StampTerm: 1, Name: "orders/1"},
+		{Version: 5, Op: OpSessionCreate, Stamp: 7, StampTerm: 1, SessionID: "S", Owner: "o", TTL: 1000, LockDelay: 10},
+		{Version: 5, Op: OpAcquire, Stamp: 8, StampTerm: 1, Name: "a", LeaseID: "L", SessionID: "S", Mode: ModeShared},
+		{Version: 5, Op: OpSemAcquire, Stamp: 9, StampTerm: 1, Name: "s", LeaseID: "L", TTL: 100, Limit: 3},
+		{Version: 5, Op: OpSessionClose, Stamp: 10, StampTerm: 1, SessionID: "S"},
 	} {
 		f.Add(c.Encode(nil))
 	}

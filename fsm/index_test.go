@@ -139,7 +139,7 @@ func TestVersion1SnapshotReadable(t *testing.T) {
 		t.Fatalf("PrepareRestore on v1: %v", err)
 	}
 	// Written back, it is version 2.
-	if s := snapshotBytes(t, m); s[len(snapshotMagic)] != snapshotVersion {
+	if s := snapshotBytes(t, m); s[len(snapshotMagic)] != snapshotVersion2 {
 		t.Fatalf("rewritten as version %d", s[len(snapshotMagic)])
 	}
 }

@@ -11,16 +11,23 @@ import (
 	"sort"
 )
 
-// snapshotMagic opens every snapshot; snapshotVersion follows it so that a
+// snapshotMagic opens every snapshot; the version follows it so that a
 // newer format is refused clearly instead of misread.
 //
 // Version 2 adds each lock's value and index, then after the nodes the
 // tombstone floor and the tombstones (name, index) sorted by name. Version 1
 // is still read: indexes 0, no values, no tombstones.
+//
+// Version 3 carries sessions, semaphores and shared holders (below). A
+// state that has none of them is still written in version 2, byte for byte
+// as before: during a rolling upgrade old and new replicas then hash equal
+// states alike (the state check), and a format 3 snapshot appears only once
+// format 5 entries exist, which only a cluster of new builds writes.
 const (
 	snapshotMagic    = "RAFTLOCK-SNAP"
 	snapshotVersion1 = 1
-	snapshotVersion  = 2
+	snapshotVersion2 = 2
+	snapshotVersion3 = 3
 )
 
 // ErrBadSnapshot is returned by Restore for data it cannot read.
@@ -33,9 +40,9 @@ var ErrBadSnapshot = errors.New("fsm: malformed snapshot")
 //     instead of adding the time since the backup was taken (which would
 //     shorten the restored leases when the backup came from the current
 //     term);
-//   - every lock's index, every tombstone and the floor become at least
-//     index: the restore changed every lock, and indexes must never go down
-//     for watchers that saw later ones before it.
+//   - every lock's, session's and semaphore's index, every tombstone and
+//     the floor become at least index: the restore changed every lock, and
+//     indexes must never go down for watchers that saw later ones before it.
 //
 // Every replica installs the same rewritten bytes, so they stay identical.
 func PrepareRestore(snap []byte, index uint64) ([]byte, error) {
@@ -45,7 +52,16 @@ func PrepareRestore(snap []byte, index uint64) ([]byte, error) {
 	}
 	m.clock.Term = 0
 	for _, e := range m.locks {
-		e.lock.Index = max(e.lock.Index, index)
+		e.index = max(e.index, index)
+		if e.delayed {
+			e.gone.Index = e.index
+		}
+	}
+	for _, s := range m.sessions {
+		s.s.Index = max(s.s.Index, index)
+	}
+	for _, s := range m.sems {
+		s.index = max(s.index, index)
 	}
 	for _, t := range m.tombs {
 		t.index = max(t.index, index)
@@ -62,11 +78,31 @@ func PrepareRestore(snap []byte, index uint64) ([]byte, error) {
 // Snapshot is a point-in-time copy of the state, taken under the lock so it
 // can be written out while Apply goes on.
 type Snapshot struct {
-	clock   Clock
-	entries []entry
-	nodes   map[string]string
-	tombs   []tomb
-	floor   uint64
+	clock    Clock
+	locks    []snapLock
+	leases   []Lock // every lock's holders, as stored, in runs (snapLock.first, n)
+	nodes    map[string]string
+	sessions []Session // Leases unused
+	sems     []snapSem
+	tombs    []tomb
+	floor    uint64
+	v3       bool // anything version 2 cannot carry
+}
+
+type snapLock struct {
+	name     string
+	index    uint64
+	delayed  bool
+	until    int64 // end of the lock-delay
+	gone     Lock
+	first, n int
+}
+
+type snapSem struct {
+	name    string
+	limit   int64
+	index   uint64
+	holders []Lock // by slot, as stored
 }
 
 // Snapshot copies the state. Copying values (not pointers) keeps the copy
@@ -74,12 +110,33 @@ type Snapshot struct {
 func (m *Machine) Snapshot() *Snapshot {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	s := &Snapshot{clock: m.clock, entries: make([]entry, 0, len(m.locks)), nodes: make(map[string]string, len(m.nodes))}
+	s := &Snapshot{clock: m.clock, locks: make([]snapLock, 0, len(m.locks)), leases: make([]Lock, 0, len(m.locks)),
+		nodes: make(map[string]string, len(m.nodes)), v3: len(m.sessions) > 0 || len(m.sems) > 0}
 	for _, e := range m.locks {
-		s.entries = append(s.entries, *e)
+		sl := snapLock{name: e.name, index: e.index, delayed: e.delayed, until: e.delay.until, gone: e.gone, first: len(s.leases), n: len(e.holders)}
+		if e.delayed && (e.gone.SessionID != "" || e.gone.Mode != ModeExclusive) {
+			s.v3 = true
+		}
+		for _, l := range e.holders {
+			if l.lock.Mode != ModeExclusive || l.lock.SessionID != "" {
+				s.v3 = true
+			}
+			s.leases = append(s.leases, l.lock)
+		}
+		s.locks = append(s.locks, sl)
 	}
 	for id, addr := range m.nodes {
 		s.nodes[id] = addr
+	}
+	for _, ss := range m.sessions {
+		s.sessions = append(s.sessions, ss.s)
+	}
+	for _, sm := range m.sems {
+		c := snapSem{name: sm.name, limit: sm.limit, index: sm.index, holders: make([]Lock, len(sm.holders))}
+		for i, l := range sm.holders {
+			c.holders[i] = l.lock
+		}
+		s.sems = append(s.sems, c)
 	}
 	s.tombs = make([]tomb, 0, len(m.tombs))
 	for _, t := range m.tombs {
@@ -89,57 +146,92 @@ func (m *Machine) Snapshot() *Snapshot {
 	return s
 }
 
-// WriteTo writes the snapshot in the versioned binary format. Locks are
-// sorted by name so equal states write equal bytes.
+// WriteTo writes the snapshot in the versioned binary format. Everything is
+// sorted by name (or id) so equal states write equal bytes.
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) { return s.write(w, true) }
 
 // WriteOutcomeStateTo writes what decides the answer to every later entry:
-// the clock, the locks with their holders, deadlines, lock-delays and values,
-// and the node table, in the snapshot's canonical order, without the watch
-// bookkeeping (each lock's last-change index, the tombstones of freed locks
-// and their floor). Replicas compare hashes of these bytes. The bookkeeping
-// is left out because replicas may disagree on it without disagreeing on
-// any lock: a node that restored a format-1 snapshot (written before
-// indexes existed) has index 0 where one that replayed the same stretch of
-// log has the real indexes, until those locks change again.
+// the clock, the locks with their holders, deadlines, lock-delays and
+// values, the sessions, the semaphores and the node table, in the
+// snapshot's canonical order, without the watch bookkeeping (the
+// last-change indexes of locks, sessions and semaphores, the tombstones of
+// freed locks and their floor). Replicas compare hashes of these bytes. The
+// bookkeeping is left out because replicas may disagree on it without
+// disagreeing on any lock: a node that restored a format-1 snapshot (written
+// before indexes existed) has index 0 where one that replayed the same
+// stretch of log has the real indexes, until those locks change again.
 func (s *Snapshot) WriteOutcomeStateTo(w io.Writer) (int64, error) { return s.write(w, false) }
 
 func (s *Snapshot) write(w io.Writer, watchMeta bool) (int64, error) {
-	sort.Slice(s.entries, func(i, j int) bool { return s.entries[i].lock.Name < s.entries[j].lock.Name })
+	sort.Slice(s.locks, func(i, j int) bool { return s.locks[i].name < s.locks[j].name })
 	cw := &countingWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 64<<10)
 	var buf []byte
+	flush := func(force bool) error {
+		if force || len(buf) > 32<<10 {
+			if _, err := bw.Write(buf); err != nil {
+				return fmt.Errorf("write snapshot: %w", err)
+			}
+			buf = buf[:0]
+		}
+		return nil
+	}
+	version := uint64(snapshotVersion2)
+	if s.v3 {
+		version = snapshotVersion3
+	}
 	buf = append(buf, snapshotMagic...)
-	buf = binary.AppendUvarint(buf, snapshotVersion)
+	buf = binary.AppendUvarint(buf, version)
 	buf = binary.AppendVarint(buf, s.clock.Now)
 	buf = binary.AppendUvarint(buf, s.clock.Term)
 	buf = binary.AppendVarint(buf, s.clock.Stamp)
 	buf = binary.AppendUvarint(buf, s.clock.Index)
-	buf = binary.AppendUvarint(buf, uint64(len(s.entries)))
-	for i := range s.entries {
-		e := &s.entries[i]
-		buf = appendString(buf, e.lock.Name)
-		buf = appendString(buf, e.lock.Owner)
-		buf = appendString(buf, e.lock.LeaseID)
-		buf = binary.AppendUvarint(buf, e.lock.Token)
-		buf = binary.AppendVarint(buf, e.lock.TTL)
-		buf = binary.AppendVarint(buf, e.lock.LockDelay)
-		buf = binary.AppendVarint(buf, e.lock.Deadline)
-		buf = binary.AppendVarint(buf, e.until)
-		if e.delayed {
-			buf = append(buf, 1)
-		} else {
-			buf = append(buf, 0)
-		}
-		buf = appendString(buf, e.lock.Value)
-		if watchMeta {
-			buf = binary.AppendUvarint(buf, e.lock.Index)
-		}
-		if len(buf) > 32<<10 {
-			if _, err := bw.Write(buf); err != nil {
-				return cw.n, fmt.Errorf("write snapshot: %w", err)
+	buf = binary.AppendUvarint(buf, uint64(len(s.locks)))
+	for i := range s.locks {
+		e := &s.locks[i]
+		if s.v3 {
+			buf = appendString(buf, e.name)
+			if watchMeta {
+				buf = binary.AppendUvarint(buf, e.index)
 			}
-			buf = buf[:0]
+			if e.delayed {
+				buf = append(buf, 1)
+				buf = binary.AppendVarint(buf, e.until)
+				buf = appendLease(buf, &e.gone)
+			} else {
+				buf = append(buf, 0)
+			}
+			buf = binary.AppendUvarint(buf, uint64(e.n))
+			for j := e.first; j < e.first+e.n; j++ {
+				buf = appendLease(buf, &s.leases[j])
+			}
+		} else {
+			// Version 2: one lease per lock, the expired one during a delay.
+			l, until := e.gone, e.until
+			if !e.delayed {
+				l = s.leases[e.first]
+				until = l.Deadline
+			}
+			buf = appendString(buf, e.name)
+			buf = appendString(buf, l.Owner)
+			buf = appendString(buf, l.LeaseID)
+			buf = binary.AppendUvarint(buf, l.Token)
+			buf = binary.AppendVarint(buf, l.TTL)
+			buf = binary.AppendVarint(buf, l.LockDelay)
+			buf = binary.AppendVarint(buf, l.Deadline)
+			buf = binary.AppendVarint(buf, until)
+			if e.delayed {
+				buf = append(buf, 1)
+			} else {
+				buf = append(buf, 0)
+			}
+			buf = appendString(buf, l.Value)
+			if watchMeta {
+				buf = binary.AppendUvarint(buf, e.index)
+			}
+		}
+		if err := flush(false); err != nil {
+			return cw.n, err
 		}
 	}
 	ids := make([]string, 0, len(s.nodes))
@@ -152,6 +244,41 @@ func (s *Snapshot) write(w io.Writer, watchMeta bool) (int64, error) {
 		buf = appendString(buf, id)
 		buf = appendString(buf, s.nodes[id])
 	}
+	if s.v3 {
+		sort.Slice(s.sessions, func(i, j int) bool { return s.sessions[i].ID < s.sessions[j].ID })
+		buf = binary.AppendUvarint(buf, uint64(len(s.sessions)))
+		for i := range s.sessions {
+			ss := &s.sessions[i]
+			buf = appendString(buf, ss.ID)
+			buf = appendString(buf, ss.Owner)
+			buf = binary.AppendVarint(buf, ss.TTL)
+			buf = binary.AppendVarint(buf, ss.LockDelay)
+			buf = binary.AppendVarint(buf, ss.Deadline)
+			if watchMeta {
+				buf = binary.AppendUvarint(buf, ss.Index)
+			}
+			if err := flush(false); err != nil {
+				return cw.n, err
+			}
+		}
+		sort.Slice(s.sems, func(i, j int) bool { return s.sems[i].name < s.sems[j].name })
+		buf = binary.AppendUvarint(buf, uint64(len(s.sems)))
+		for i := range s.sems {
+			sm := &s.sems[i]
+			buf = appendString(buf, sm.name)
+			buf = binary.AppendVarint(buf, sm.limit)
+			if watchMeta {
+				buf = binary.AppendUvarint(buf, sm.index)
+			}
+			buf = binary.AppendUvarint(buf, uint64(len(sm.holders)))
+			for j := range sm.holders {
+				buf = appendLease(buf, &sm.holders[j])
+			}
+			if err := flush(false); err != nil {
+				return cw.n, err
+			}
+		}
+	}
 	sort.Slice(s.tombs, func(i, j int) bool { return s.tombs[i].name < s.tombs[j].name })
 	tombs := s.tombs
 	if watchMeta {
@@ -163,20 +290,43 @@ func (s *Snapshot) write(w io.Writer, watchMeta bool) (int64, error) {
 	for _, t := range tombs {
 		buf = appendString(buf, t.name)
 		buf = binary.AppendUvarint(buf, t.index)
-		if len(buf) > 32<<10 {
-			if _, err := bw.Write(buf); err != nil {
-				return cw.n, fmt.Errorf("write snapshot: %w", err)
-			}
-			buf = buf[:0]
+		if err := flush(false); err != nil {
+			return cw.n, err
 		}
 	}
-	if _, err := bw.Write(buf); err != nil {
-		return cw.n, fmt.Errorf("write snapshot: %w", err)
+	if err := flush(true); err != nil {
+		return cw.n, err
 	}
 	if err := bw.Flush(); err != nil {
 		return cw.n, fmt.Errorf("write snapshot: %w", err)
 	}
 	return cw.n, nil
+}
+
+// appendLease writes a stored lease (version 3); its name is its lock's or
+// semaphore's, its index theirs.
+func appendLease(b []byte, l *Lock) []byte {
+	b = appendString(b, l.Owner)
+	b = appendString(b, l.LeaseID)
+	b = binary.AppendUvarint(b, l.Token)
+	b = binary.AppendVarint(b, l.TTL)
+	b = binary.AppendVarint(b, l.LockDelay)
+	b = binary.AppendVarint(b, l.Deadline)
+	b = appendString(b, l.Value)
+	b = appendString(b, l.SessionID)
+	b = append(b, byte(l.Mode))
+	b = binary.AppendUvarint(b, uint64(l.Slot))
+	return binary.AppendVarint(b, l.Limit)
+}
+
+func (s *snapReader) lease(name string) Lock {
+	l := Lock{Name: name, Owner: s.string(), LeaseID: s.string(), Token: s.uvarint(), TTL: s.varint(), LockDelay: s.varint(),
+		Deadline: s.varint(), Value: s.string(), SessionID: s.string(), Mode: Mode(s.byte())}
+	l.Slot, l.Limit = int(s.uvarint()), s.varint()
+	if s.err == nil && (l.Mode > ModeShared || l.Slot > MaxSemaphoreLimit) {
+		s.err = fmt.Errorf("lease of %q: mode %d, slot %d", name, l.Mode, l.Slot)
+	}
+	return l
 }
 
 // Restore replaces the machine's state with a snapshot read from r.
@@ -188,40 +338,104 @@ func (m *Machine) Restore(r io.Reader) error {
 		return fmt.Errorf("%w: missing header", ErrBadSnapshot)
 	}
 	v := rd.uvarint()
-	if rd.err == nil && v != snapshotVersion && v != snapshotVersion1 {
+	if rd.err == nil && (v < snapshotVersion1 || v > snapshotVersion3) {
 		return fmt.Errorf("%w: unsupported version %d", ErrBadSnapshot, v)
 	}
 	n := New()
 	n.clock = Clock{Now: rd.varint(), Term: rd.uvarint(), Stamp: rd.varint(), Index: rd.uvarint()}
+	var bound []*lease // leases of sessions, linked once the sessions are read
+	addLease := func(l Lock) *lease {
+		g := &lease{lock: l, t: timer{slot: -1}}
+		n.held++
+		if l.SessionID != "" {
+			bound = append(bound, g)
+			return g
+		}
+		g.t = timer{until: l.Deadline, name: l.Name, lease: g, slot: len(n.timers)}
+		switch {
+		case l.Limit > 0:
+			g.t.kind, g.t.sub = timerPermit, l.LeaseID
+		case l.Mode == ModeShared:
+			g.t.kind, g.t.sub = timerShared, l.LeaseID
+		}
+		n.timers = append(n.timers, &g.t)
+		return g
+	}
 	count := rd.uvarint()
 	for i := uint64(0); i < count && rd.err == nil; i++ {
-		e := &entry{}
-		e.lock.Name = rd.string()
-		e.lock.Owner = rd.string()
-		e.lock.LeaseID = rd.string()
-		e.lock.Token = rd.uvarint()
-		e.lock.TTL = rd.varint()
-		e.lock.LockDelay = rd.varint()
-		e.lock.Deadline = rd.varint()
-		e.until = rd.varint()
-		e.delayed = rd.byte() == 1
-		if v >= snapshotVersion {
-			e.lock.Value = rd.string()
-			e.lock.Index = rd.uvarint()
+		e := &entry{name: rd.string(), delay: timer{slot: -1}}
+		if v >= snapshotVersion3 {
+			e.index = rd.uvarint()
+			if rd.byte() == 1 {
+				e.delayed, e.delay.until, e.gone = true, rd.varint(), rd.lease(e.name)
+				e.gone.Index = e.index
+			}
+			holders := rd.uvarint()
+			for j := uint64(0); j < holders && rd.err == nil; j++ {
+				e.holders = append(e.holders, addLease(rd.lease(e.name)))
+			}
+		} else {
+			l := Lock{Name: e.name, Owner: rd.string(), LeaseID: rd.string(), Token: rd.uvarint(), TTL: rd.varint(), LockDelay: rd.varint(), Deadline: rd.varint()}
+			until := rd.varint()
+			e.delayed = rd.byte() == 1
+			if v >= snapshotVersion2 {
+				l.Value = rd.string()
+				e.index = rd.uvarint()
+			}
+			if e.delayed {
+				l.Index = e.index
+				e.gone, e.delay.until = l, until
+			} else if rd.err == nil {
+				e.holders = []*lease{addLease(l)}
+			}
 		}
-		if !e.delayed {
-			n.held++
+		if e.delayed {
+			e.delay.name, e.delay.kind, e.delay.entry, e.delay.slot = e.name, timerLock, e, len(n.timers)
+			n.timers = append(n.timers, &e.delay)
 		}
-		e.slot = len(n.timers)
-		n.timers = append(n.timers, e)
-		n.locks[e.lock.Name] = e
+		if rd.err == nil && !e.delayed && len(e.holders) == 0 {
+			rd.err = fmt.Errorf("lock %q has no holder", e.name)
+		}
+		n.locks[e.name] = e
 	}
 	nodes := rd.uvarint()
 	for i := uint64(0); i < nodes && rd.err == nil; i++ {
 		id := rd.string()
 		n.nodes[id] = rd.string()
 	}
-	if v >= snapshotVersion {
+	if v >= snapshotVersion3 {
+		sessions := rd.uvarint()
+		for i := uint64(0); i < sessions && rd.err == nil; i++ {
+			s := &session{s: Session{ID: rd.string(), Owner: rd.string(), TTL: rd.varint(), LockDelay: rd.varint(), Deadline: rd.varint(), Index: rd.uvarint()},
+				leases: map[*lease]struct{}{}}
+			s.t = timer{until: s.s.Deadline, name: s.s.ID, kind: timerSession, sess: s, slot: len(n.timers)}
+			n.timers = append(n.timers, &s.t)
+			n.sessions[s.s.ID] = s
+		}
+		sems := rd.uvarint()
+		for i := uint64(0); i < sems && rd.err == nil; i++ {
+			s := &semaphore{name: rd.string(), limit: rd.varint(), index: rd.uvarint()}
+			holders := rd.uvarint()
+			for j := uint64(0); j < holders && rd.err == nil; j++ {
+				s.holders = append(s.holders, addLease(rd.lease(s.name)))
+			}
+			if rd.err == nil && len(s.holders) == 0 {
+				rd.err = fmt.Errorf("semaphore %q has no holder", s.name)
+			}
+			n.sems[s.name] = s
+		}
+	}
+	for _, l := range bound {
+		s, ok := n.sessions[l.lock.SessionID]
+		if !ok {
+			if rd.err == nil {
+				rd.err = fmt.Errorf("lease of %q in unknown session", l.lock.Name)
+			}
+			break
+		}
+		s.leases[l] = struct{}{}
+	}
+	if v >= snapshotVersion2 {
 		n.floor = rd.uvarint()
 		tombs := rd.uvarint()
 		for i := uint64(0); i < tombs && rd.err == nil; i++ {
@@ -236,7 +450,7 @@ func (m *Machine) Restore(r io.Reader) error {
 	heap.Init(&n.timers)
 	heap.Init(&n.tombHeap)
 	m.mu.Lock()
-	m.clock, m.locks, m.timers, m.held, m.nodes = n.clock, n.locks, n.timers, n.held, n.nodes
+	m.clock, m.locks, m.sems, m.sessions, m.timers, m.held, m.nodes = n.clock, n.locks, n.sems, n.sessions, n.timers, n.held, n.nodes
 	m.tombs, m.tombHeap, m.floor = n.tombs, n.tombHeap, n.floor
 	m.mu.Unlock()
 	return nil

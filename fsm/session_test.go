@@ -1,0 +1,206 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+)
+
+func v5(c Command) Command { c.Version = commandVersion5; return c }
+
+func createSession(id string, ttlMs, delayMs int64) Command {
+	return v5(Command{Op: OpSessionCreate, SessionID: id, Owner: "owner-" + id, TTL: ttlMs, LockDelay: delayMs})
+}
+func sessionAcquire(name, lease, session string) Command {
+	return v5(Command{Op: OpAcquire, Name: name, Owner: "owner-" + lease, LeaseID: lease, SessionID: session})
+}
+
+// A session holding 200 locks keeps them while only the session is
+// renewed, and its expiry ends all of them at one index.
+func TestSessionExpiryEndsAllLocksAtOneIndex(t *testing.T) {
+	l := newLog(t)
+	if r := l.at(0).apply(createSession("S", 2000, 0)); r.Status != StatusOK || r.Session.Deadline != 2000*ms {
+		t.Fatalf("create: %+v", r)
+	}
+	for i := 0; i < 200; i++ {
+		r := l.apply(sessionAcquire(fmt.Sprintf("lock/%d", i), fmt.Sprintf("L%d", i), "S"))
+		if r.Status != StatusOK || r.Lock.SessionID != "S" || r.Lock.TTL != 2000 || r.Lock.Deadline != 2000*ms {
+			t.Fatalf("acquire %d: %+v", i, r)
+		}
+	}
+	for at := int64(1500); at <= 6000; at += 1500 {
+		if r := l.at(at).apply(v5(Command{Op: OpSessionRenew, SessionID: "S"})); r.Status != StatusOK || len(r.Session.Leases) != 200 {
+			t.Fatalf("renew at %d: %v, %d leases", at, r.Status, len(r.Session.Leases))
+		}
+	}
+	if r := l.at(7999).apply(tick()); r.Expired != 0 || l.m.HeldCount() != 200 {
+		t.Fatalf("before the deadline: expired %d, held %d", r.Expired, l.m.HeldCount())
+	}
+	// A lease of the session has no TTL of its own to renew.
+	if r := l.apply(renew("lock/0", "L0", 1000)); r.Status != StatusInvalid {
+		t.Fatalf("renew of a session's lease: %v, want invalid", r.Status)
+	}
+	r := l.at(8000).apply(tick())
+	if r.Expired != 200 || len(r.Freed) != 200 || l.m.HeldCount() != 0 {
+		t.Fatalf("at the deadline: expired %d, freed %d, held %d", r.Expired, len(r.Freed), l.m.HeldCount())
+	}
+	for i := 0; i < 200; i++ {
+		if _, ok := l.m.Get(fmt.Sprintf("lock/%d", i)); ok {
+			t.Fatalf("lock/%d still held", i)
+		}
+	}
+	if _, ok := l.m.Session("S"); ok {
+		t.Fatal("the session outlived its deadline")
+	}
+	if r := l.apply(v5(Command{Op: OpSessionRenew, SessionID: "S"})); r.Status != StatusNoSession {
+		t.Fatalf("renew of an expired session: %v", r.Status)
+	}
+	if r := l.apply(sessionAcquire("x", "Lx", "S")); r.Status != StatusNoSession {
+		t.Fatalf("acquire in an expired session: %v", r.Status)
+	}
+}
+
+// An expiring session's exclusive locks enter the session's lock-delay;
+// its shared holds and permits simply end. A close ends all at once with
+// no lock-delay.
+func TestSessionLockDelayAndClose(t *testing.T) {
+	l := newLog(t)
+	l.at(0).apply(createSession("S", 1000, 500))
+	l.apply(sessionAcquire("ex", "L1", "S"))
+	sh := sessionAcquire("sh", "L2", "S")
+	sh.Mode = ModeShared
+	l.apply(sh)
+	l.apply(v5(Command{Op: OpSemAcquire, Name: "sem", LeaseID: "L3", Owner: "o", SessionID: "S", Limit: 2}))
+	if s, _ := l.m.Session("S"); len(s.Leases) != 3 || s.Leases[0].Name != "ex" || s.Leases[1].Name != "sh" || s.Leases[2].Limit != 2 {
+		t.Fatalf("session leases: %+v", s.Leases)
+	}
+	r := l.at(1000).apply(tick())
+	if r.Expired != 3 || len(r.FreedSemaphores) != 1 || len(r.Freed) != 1 || r.Freed[0] != "sh" {
+		t.Fatalf("expiry: %+v", r)
+	}
+	if r := l.apply(acquire("ex", "other", 1000)); r.Status != StatusHeld || r.Retry != 500 || r.Holder.LeaseID != "L1" {
+		t.Fatalf("acquire during the session's lock-delay: %+v", r)
+	}
+
+	l.apply(createSession("T", 1000, 500))
+	for i := 0; i < 5; i++ {
+		l.apply(sessionAcquire(fmt.Sprintf("t/%d", i), fmt.Sprintf("T%d", i), "T"))
+	}
+	r = l.apply(v5(Command{Op: OpSessionClose, SessionID: "T"}))
+	if r.Status != StatusOK || r.Ended != 5 || len(r.Freed) != 5 || len(r.Session.Leases) != 5 {
+		t.Fatalf("close: %+v", r)
+	}
+	if r := l.apply(acquire("t/0", "other", 1000)); r.Status != StatusOK {
+		t.Fatalf("acquire after close (no lock-delay): %v", r.Status)
+	}
+	if r := l.apply(v5(Command{Op: OpSessionClose, SessionID: "T"})); r.Status != StatusNoSession {
+		t.Fatalf("second close: %v", r.Status)
+	}
+}
+
+// Create is idempotent on the id for its owner; another owner's create of
+// that id is refused.
+func TestSessionCreateIdempotent(t *testing.T) {
+	l := newLog(t)
+	first := l.at(0).apply(createSession("S", 1000, 0))
+	l.apply(sessionAcquire("a", "L", "S"))
+	again := l.at(500).apply(createSession("S", 1000, 0))
+	if again.Status != StatusOK || again.Session.Index != first.Session.Index || again.Session.Deadline != 1500*ms || len(again.Session.Leases) != 1 {
+		t.Fatalf("retried create: %+v (first %+v)", again, first)
+	}
+	other := createSession("S", 1000, 0)
+	other.Owner = "someone else"
+	if r := l.apply(other); r.Status != StatusInvalid {
+		t.Fatalf("another owner's create: %v", r.Status)
+	}
+	if r := l.apply(v5(Command{Op: OpSessionCreate, SessionID: "Z", TTL: 0})); r.Status != StatusInvalid {
+		t.Fatalf("create without a TTL: %v", r.Status)
+	}
+}
+
+// A session holds at most MaxLeasesPerSession leases.
+func TestSessionFull(t *testing.T) {
+	l := newLog(t)
+	l.at(0).apply(createSession("S", 60000, 0))
+	for i := 0; i < MaxLeasesPerSession; i++ {
+		if r := l.apply(sessionAcquire(fmt.Sprint(i), fmt.Sprint("L", i), "S")); r.Status != StatusOK {
+			t.Fatalf("acquire %d: %v", i, r.Status)
+		}
+	}
+	if r := l.apply(sessionAcquire("one more", "Lx", "S")); r.Status != StatusSessionFull {
+		t.Fatalf("lease %d: %v, want session_full", MaxLeasesPerSession+1, r.Status)
+	}
+	if r := l.apply(sessionAcquire("0", "L0", "S")); r.Status != StatusOK {
+		t.Fatalf("a retry by a lease it holds: %v", r.Status)
+	}
+	// Its expiry fits one entry's cap whatever else is due.
+	r := l.at(60000).apply(tick())
+	if r.Expired != MaxLeasesPerSession {
+		t.Fatalf("expired %d, want %d", r.Expired, MaxLeasesPerSession)
+	}
+}
+
+// The cap counts leases ended; a session's leases are never split across
+// entries, and an entry always settles at least one due timer.
+func TestSessionExpiryIsNeverSplit(t *testing.T) {
+	l := newLog(t)
+	l.m.maxExpiries = 3
+	l.at(0).apply(acquire("a", "La", 1000)) // timers due at 1000, in order: "a", session "m" (5 leases), "z"
+	l.apply(createSession("m", 1000, 0))
+	for i := 0; i < 5; i++ {
+		l.apply(sessionAcquire(fmt.Sprint("s", i), fmt.Sprint("L", i), "m"))
+	}
+	l.apply(acquire("z", "Lz", 1000))
+	if r := l.at(1000).apply(tick()); r.Expired != 1 || len(r.Freed) != 1 || r.Freed[0] != "a" {
+		t.Fatalf("first entry: %+v (the session's 5 do not fit after a)", r)
+	}
+	if r := l.apply(tick()); r.Expired != 5 {
+		t.Fatalf("second entry: expired %d, want the session's 5 (first timer, over the cap)", r.Expired)
+	}
+	if r := l.apply(tick()); r.Expired != 1 || r.Freed[0] != "z" {
+		t.Fatalf("third entry: %+v", r)
+	}
+}
+
+// A snapshot with sessions, shared holders and permits restores to the
+// same state, and a state without them is still written as version 2.
+func TestSnapshotVersion3RoundTrip(t *testing.T) {
+	l := newLog(t)
+	l.at(0).apply(acquire("plain", "L0", 1000))
+	if s := snapshotBytes(t, l.m); s[len(snapshotMagic)] != snapshotVersion2 {
+		t.Fatalf("a state without sessions is written as version %d", s[len(snapshotMagic)])
+	}
+	l.apply(createSession("S", 1000, 300))
+	l.apply(sessionAcquire("a", "L1", "S"))
+	sh := v5(Command{Op: OpAcquire, Name: "b", LeaseID: "L2", TTL: 500, Mode: ModeShared})
+	l.apply(sh)
+	sh.LeaseID = "L3"
+	l.apply(sh)
+	l.apply(v5(Command{Op: OpSemAcquire, Name: "a", LeaseID: "L4", TTL: 700, Limit: 3}))
+	l.apply(v5(Command{Op: OpSemAcquire, Name: "a", LeaseID: "L5", SessionID: "S", Limit: 3}))
+	snap := snapshotBytes(t, l.m)
+	if snap[len(snapshotMagic)] != snapshotVersion3 {
+		t.Fatalf("written as version %d", snap[len(snapshotMagic)])
+	}
+	r := New()
+	if err := r.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(snapshotBytes(t, r), snap) {
+		t.Fatal("restored state writes other bytes")
+	}
+	if s, ok := r.Session("S"); !ok || len(s.Leases) != 2 {
+		t.Fatalf("restored session: %+v", s)
+	}
+	if h := r.Holders("b"); len(h) != 2 || h[0].Token > h[1].Token {
+		t.Fatalf("restored shared holders: %+v", h)
+	}
+	if p, err := PrepareRestore(snap, 1000); err != nil {
+		t.Fatal(err)
+	} else if err := r.Restore(bytes.NewReader(p)); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := r.Session("S"); s.Index != 1000 {
+		t.Fatalf("session index after PrepareRestore: %d", s.Index)
+	}
+}

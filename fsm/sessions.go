@@ -1,0 +1,111 @@
+package fsm
+
+import (
+	"container/heap"
+	"sort"
+)
+
+// session is a live session and the leases it holds.
+type session struct {
+	s      Session // Leases unused: computed on read
+	t      timer
+	leases map[*lease]struct{}
+}
+
+// sorted is the session's leases in a fixed order: locks, then permits,
+// each by name, then token. Everything that acts on all of them goes in
+// this order, so every replica does the same.
+func (s *session) sorted() []*lease {
+	out := make([]*lease, 0, len(s.leases))
+	for l := range s.leases {
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := &out[i].lock, &out[j].lock
+		if (a.Limit > 0) != (b.Limit > 0) {
+			return b.Limit > 0
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.Token < b.Token
+	})
+	return out
+}
+
+func (m *Machine) viewSession(s *session) Session {
+	v := s.s
+	v.Leases = nil
+	for _, l := range s.sorted() {
+		if l.lock.Limit > 0 {
+			v.Leases = append(v.Leases, m.viewPermit(m.sems[l.lock.Name], l))
+		} else {
+			v.Leases = append(v.Leases, m.viewLock(m.locks[l.lock.Name], l))
+		}
+	}
+	return v
+}
+
+// sessionCreate makes session c.SessionID, or refreshes it when the same
+// owner creates it again (a client retrying after a timeout): its TTL and
+// lock-delay become c's and its deadline moves from now. Another owner's
+// session of that id is StatusInvalid.
+func (m *Machine) sessionCreate(index uint64, c Command) Result {
+	if c.SessionID == "" || c.TTL <= 0 || c.LockDelay < 0 {
+		return Result{Status: StatusInvalid}
+	}
+	if s, ok := m.sessions[c.SessionID]; ok {
+		if s.s.Owner != c.Owner {
+			return Result{Status: StatusInvalid}
+		}
+		if s.s.TTL != c.TTL || s.s.LockDelay != c.LockDelay {
+			s.s.TTL, s.s.LockDelay, s.s.Index = c.TTL, c.LockDelay, index
+		}
+		m.setSessionDeadline(s)
+		return Result{Status: StatusOK, Session: m.viewSession(s)}
+	}
+	s := &session{s: Session{ID: c.SessionID, Owner: c.Owner, TTL: c.TTL, LockDelay: c.LockDelay, Index: index}, leases: map[*lease]struct{}{}}
+	s.s.Deadline = m.clock.Now + c.TTL*1e6
+	s.t = timer{until: s.s.Deadline, name: s.s.ID, kind: timerSession, sess: s}
+	heap.Push(&m.timers, &s.t)
+	m.sessions[s.s.ID] = s
+	return Result{Status: StatusOK, Session: m.viewSession(s)}
+}
+
+func (m *Machine) setSessionDeadline(s *session) {
+	s.s.Deadline = m.clock.Now + s.s.TTL*1e6
+	s.t.until = s.s.Deadline
+	heap.Fix(&m.timers, s.t.slot)
+}
+
+// sessionRenew pushes a session's deadline (TTL 0 keeps its TTL); its
+// leases live as long.
+func (m *Machine) sessionRenew(index uint64, c Command) Result {
+	if c.SessionID == "" || c.TTL < 0 {
+		return Result{Status: StatusInvalid}
+	}
+	s, ok := m.sessions[c.SessionID]
+	if !ok {
+		return Result{Status: StatusNoSession}
+	}
+	if c.TTL > 0 && c.TTL != s.s.TTL {
+		s.s.TTL, s.s.Index = c.TTL, index
+	}
+	m.setSessionDeadline(s)
+	return Result{Status: StatusOK, Session: m.viewSession(s)}
+}
+
+// sessionClose ends a session and all its leases at this entry, without
+// lock-delay (the holder says it is done). Result.Session is the session
+// as it stood, Ended how many leases it ended.
+func (m *Machine) sessionClose(c Command) Result {
+	if c.SessionID == "" {
+		return Result{Status: StatusInvalid}
+	}
+	s, ok := m.sessions[c.SessionID]
+	if !ok {
+		return Result{Status: StatusNoSession}
+	}
+	v := m.viewSession(s)
+	return Result{Status: StatusOK, Session: v, Ended: m.endSession(s, false)}
+}
