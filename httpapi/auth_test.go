@@ -133,6 +133,15 @@ func TestAuthEveryEndpointAndRole(t *testing.T) {
 		{"POST", "/v1/cluster/leave", writeRequests[4].body, RoleAdmin},
 		{"POST", "/v1/cluster/transfer-leadership", writeRequests[5].body, RoleAdmin},
 		{"POST", "/v1/cluster/check-state", `{}`, RoleAdmin},
+		{"GET", "/v1/sessions/" + sessA, "", RoleReadOnly},
+		{"GET", "/v1/semaphores/pool%2Fa", "", RoleReadOnly},
+		{"GET", "/v1/semaphores/pool/a?stale=true", "", RoleReadOnly},
+	}
+	for _, w := range issue15Writes {
+		endpoints = append(endpoints, struct {
+			method, path, body string
+			need               Role
+		}{"POST", w.path, w.body, RoleReadWrite})
 	}
 	callers := []struct {
 		name  string

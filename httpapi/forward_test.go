@@ -20,13 +20,26 @@ import (
 
 // writeRequests are the requests a follower must forward, one per endpoint
 // that changes state.
-var writeRequests = []struct{ path, body string }{
+var writeRequests = append([]struct{ path, body string }{
 	{"/v1/locks/acquire", `{"name":"orders/89041","owner":"worker-a","ttl_ms":10000,"lease_id":"` + leaseA + `"}`},
 	{"/v1/locks/renew", `{"name":"orders/89041","lease_id":"` + leaseA + `"}`},
 	{"/v1/locks/release", `{"name":"orders/89041","lease_id":"` + leaseA + `"}`},
 	{"/v1/cluster/join", `{"id":"n4","raft_addr":"127.0.0.1:9004","http_addr":"127.0.0.1:8004"}`},
 	{"/v1/cluster/leave", `{"id":"n4"}`},
 	{"/v1/cluster/transfer-leadership", `{}`},
+}, issue15Writes...)
+
+// issue15Writes are the writes of sessions, shared locks and semaphores
+// (command format 5), one per endpoint and lock acquire variant.
+var issue15Writes = []struct{ path, body string }{
+	{"/v1/sessions", `{"owner":"worker-a","ttl_ms":10000,"session_id":"` + sessA + `"}`},
+	{"/v1/sessions/renew", `{"session_id":"` + sessA + `"}`},
+	{"/v1/sessions/close", `{"session_id":"` + sessA + `"}`},
+	{"/v1/locks/acquire", `{"name":"orders/89041","owner":"worker-a","session_id":"` + sessA + `"}`},
+	{"/v1/locks/acquire", `{"name":"orders/89041","owner":"worker-a","ttl_ms":10000,"mode":"shared"}`},
+	{"/v1/semaphores/acquire", `{"name":"pool/a","limit":3,"owner":"worker-a","ttl_ms":10000,"lease_id":"` + leaseA + `"}`},
+	{"/v1/semaphores/renew", `{"name":"pool/a","lease_id":"` + leaseA + `"}`},
+	{"/v1/semaphores/release", `{"name":"pool/a","lease_id":"` + leaseA + `"}`},
 }
 
 // A store failing every call with err, while thinking leader leads.
@@ -67,7 +80,7 @@ func TestStoreErrors(t *testing.T) {
 		{"storage", fmt.Errorf("apply acquire: %w", store.ErrStorage), http.StatusInternalServerError, api.CodeStorage, 0},
 		{"unexpected", errors.New("disk on fire"), http.StatusInternalServerError, api.CodeInternal, 0},
 	}
-	reads := []string{"/v1/locks/a", "/v1/locks", "/v1/locks/a?stale=true"}
+	reads := []string{"/v1/locks/a", "/v1/locks", "/v1/locks/a?stale=true", "/v1/sessions/" + sessA, "/v1/semaphores/a", "/v1/semaphores/a?stale=true"}
 	for _, tc := range cases {
 		for _, w := range writeRequests {
 			t.Run(tc.name+w.path, func(t *testing.T) {

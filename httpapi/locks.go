@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,37 +16,139 @@ import (
 	"github.com/raftlock/raftlock/internal/store"
 )
 
-// viewOf is a lock as reads show it: never with its lease_id. A leader's
-// view adds its time left and parked acquires (store.LeaseView).
+// viewOf is a lock as reads show it: never with its lease_id or session
+// id. A leader's view adds its time left and parked acquires
+// (store.LeaseView). A lock held shared shows its lowest-token holder, as
+// an exclusive one shows its only holder, and every holder besides.
 func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
-	v := api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: l.Index}
-	if lv, ok := m.(store.LeaseView); ok {
-		if d, ok := lv.Remaining(l); ok {
-			ms := d.Milliseconds()
-			v.RemainingMs = &ms
+	var holders []fsm.Lock
+	if l.Mode == fsm.ModeShared {
+		// Read after l: if holders came and went in between, show the
+		// newer set, and l's index, which can only make a blocking reader
+		// look again.
+		if holders = m.Holders(l.Name); len(holders) > 0 {
+			holders[0].Index = l.Index
+			l = holders[0]
 		}
+	}
+	v := api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: l.Index}
+	lv, leads := m.(store.LeaseView)
+	if leads {
+		v.RemainingMs = remaining(m, lv, l)
 		v.Waiters = lv.Waiters(l.Name)
+	}
+	if l.Mode == fsm.ModeShared {
+		v.Mode = api.ModeShared
+		v.Holders = make([]api.LockHolder, 0, len(holders))
+		for _, h := range holders {
+			lh := api.LockHolder{Owner: h.Owner, FencingToken: h.Token, TTLMs: h.TTL}
+			if leads {
+				lh.RemainingMs = remaining(m, lv, h)
+			}
+			v.Holders = append(v.Holders, lh)
+		}
 	}
 	return v
 }
 
-// outcome turns the state machine's result into the contract's answer.
-func outcome(r fsm.Result, name string) (int, any, error) {
+// remaining is a lease's time left as the leader projects it (nil when it
+// cannot say). A lease of a session has no deadline of its own: it lives
+// as long as its session.
+func remaining(m store.LockReader, lv store.LeaseView, l fsm.Lock) *int64 {
+	if l.SessionID != "" {
+		s, ok := m.Session(l.SessionID)
+		if !ok {
+			return nil
+		}
+		l.Deadline = s.Deadline
+	}
+	d, ok := lv.Remaining(l)
+	if !ok {
+		return nil
+	}
+	ms := d.Milliseconds()
+	return &ms
+}
+
+// modeName is a lock mode as answers show it: "shared", or "" (left out)
+// for exclusive.
+func modeName(m fsm.Mode) string {
+	if m == fsm.ModeShared {
+		return api.ModeShared
+	}
+	return ""
+}
+
+// outcome turns the state machine's result for a lock command into the
+// contract's answer.
+func outcome(r fsm.Result, cmd fsm.Command) (int, any, error) {
+	name := cmd.Name
 	switch r.Status {
 	case fsm.StatusOK:
 		l := r.Lock
-		return http.StatusOK, api.Lease{Name: l.Name, Owner: l.Owner, LeaseID: l.LeaseID, FencingToken: l.Token, TTLMs: l.TTL}, nil
+		return http.StatusOK, api.Lease{Name: l.Name, Owner: l.Owner, LeaseID: l.LeaseID, FencingToken: l.Token, TTLMs: l.TTL,
+			SessionID: l.SessionID, Mode: modeName(l.Mode)}, nil
 	case fsm.StatusHeld:
-		msg := fmt.Sprintf("lock %q is held by %q (fencing token %d)", name, r.Holder.Owner, r.Holder.Token)
-		if r.Retry > 0 {
-			msg = fmt.Sprintf("lock %q is in its lock-delay after the lease of %q expired; retry in %d ms", name, r.Holder.Owner, r.Retry)
-		}
-		return http.StatusConflict, api.HeldError{Error: api.CodeHeld, Message: msg, Holder: api.Holder{Owner: r.Holder.Owner, FencingToken: r.Holder.Token}, RetryAfterMs: r.Retry}, nil
+		return http.StatusConflict, heldError(r, name), nil
 	case fsm.StatusNotHolder:
 		return http.StatusConflict, api.Error{Error: api.CodeNotHolder,
 			Message: fmt.Sprintf("this lease does not hold lock %q (expired, released, or never did)", name)}, nil
 	}
-	return 0, nil, badRequest("the state machine refused the command as invalid")
+	return refusal(r, cmd)
+}
+
+// heldError is the 409 held answer: the holder, and every holder when the
+// lock is held shared.
+func heldError(r fsm.Result, name string) api.HeldError {
+	holder := r.Holder
+	if holder.Token == 0 && len(r.Holders) > 0 {
+		holder = r.Holders[0]
+	}
+	e := api.HeldError{Error: api.CodeHeld, Holder: api.Holder{Owner: holder.Owner, FencingToken: holder.Token}, RetryAfterMs: r.Retry}
+	shared := slices.ContainsFunc(r.Holders, func(l fsm.Lock) bool { return l.Mode == fsm.ModeShared })
+	switch {
+	case r.Retry > 0:
+		e.Message = fmt.Sprintf("lock %q is in its lock-delay after the lease of %q expired; retry in %d ms", name, holder.Owner, r.Retry)
+	case shared:
+		e.Message = fmt.Sprintf("lock %q is held shared by %d leases (lowest fencing token %d, of %q)", name, len(r.Holders), holder.Token, holder.Owner)
+	default:
+		e.Message = fmt.Sprintf("lock %q is held by %q (fencing token %d)", name, holder.Owner, holder.Token)
+	}
+	if shared {
+		e.Holders = make([]api.Holder, len(r.Holders))
+		for i, h := range r.Holders {
+			e.Holders[i] = api.Holder{Owner: h.Owner, FencingToken: h.Token}
+		}
+	}
+	return e
+}
+
+// refusal answers the outcomes that lock, semaphore and session commands
+// share beyond their own: no session, a full session, an invalid command.
+// Each is the state machine's decision, so nothing changed.
+func refusal(r fsm.Result, cmd fsm.Command) (int, any, error) {
+	switch r.Status {
+	case fsm.StatusNoSession:
+		return 0, nil, &apiError{http.StatusNotFound, api.CodeNoSession, "session_id: no such session (never created, expired, or closed); its leases are gone"}
+	case fsm.StatusSessionFull:
+		return 0, nil, &apiError{http.StatusConflict, api.CodeSessionFull,
+			fmt.Sprintf("session_id: the session holds %d leases, the most one session may", api.MaxLeasesPerSession)}
+	case fsm.StatusInvalid:
+		return 0, nil, badRequest("%s", invalidReason(cmd))
+	}
+	return 0, nil, fmt.Errorf("the state machine answered %v to a %v command", r.Status, cmd.Op)
+}
+
+// invalidReason says why the state machine may have refused cmd as
+// invalid, where the request's validation could not know.
+func invalidReason(cmd fsm.Command) string {
+	switch cmd.Op {
+	case fsm.OpRenew, fsm.OpSemRenew:
+		return "lease_id: the lease belongs to a session; renew the session (POST /v1/sessions/renew), not its leases"
+	case fsm.OpSessionCreate:
+		return "session_id: in use by a session of another owner"
+	}
+	return "the state machine refused the command as invalid"
 }
 
 // acquire may park for wait_ms on the leader: its request timeout grows by it.
@@ -54,14 +157,20 @@ func acquireWait(req *acquireRequest) time.Duration {
 }
 
 func (s *Server) acquire(ctx context.Context, req *acquireRequest) (int, any, error) {
-	// A value needs command format 4: the leader answers 503
-	// not_supported_yet until every node reads it.
-	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, TTL: *req.TTLMs, LockDelay: req.LockDelayMs, Value: req.Value}
+	// A value needs command format 4, a session or shared mode format 5:
+	// the leader answers 503 not_supported_yet until every node reads it.
+	cmd := fsm.Command{Op: fsm.OpAcquire, Name: req.Name, Owner: req.Owner, LeaseID: req.LeaseID, LockDelay: req.LockDelayMs, Value: req.Value, SessionID: req.SessionID}
+	if req.TTLMs != nil {
+		cmd.TTL = *req.TTLMs
+	}
+	if req.Mode == api.ModeShared {
+		cmd.Mode = fsm.ModeShared
+	}
 	res, err := s.acquireGated(ctx, cmd, acquireWait(req))
 	if err != nil {
 		return 0, nil, err
 	}
-	return outcome(res, cmd.Name)
+	return outcome(res, cmd)
 }
 
 func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error) {
@@ -73,32 +182,34 @@ func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error)
 	if err != nil {
 		return 0, nil, err
 	}
-	return outcome(res, cmd.Name)
+	return outcome(res, cmd)
 }
 
 // update replaces the value of a lock the lease holds (command format 4:
 // 503 not_supported_yet until every node reads it). The answer is the lease
 // as it stands, like a renew's.
 func (s *Server) update(ctx context.Context, req *updateRequest) (int, any, error) {
-	res, err := s.applyGated(ctx, fsm.Command{Op: fsm.OpUpdate, Name: req.Name, LeaseID: req.LeaseID, Value: req.Value})
+	cmd := fsm.Command{Op: fsm.OpUpdate, Name: req.Name, LeaseID: req.LeaseID, Value: req.Value}
+	res, err := s.applyGated(ctx, cmd)
 	if err != nil {
 		return 0, nil, err
 	}
-	return outcome(res, req.Name)
+	return outcome(res, cmd)
 }
 
 func (s *Server) release(ctx context.Context, req *releaseRequest) (int, any, error) {
 	if req.Force {
 		return s.forceRelease(ctx, req)
 	}
-	res, err := s.applyGated(ctx, fsm.Command{Op: fsm.OpRelease, Name: req.Name, LeaseID: req.LeaseID})
+	cmd := fsm.Command{Op: fsm.OpRelease, Name: req.Name, LeaseID: req.LeaseID}
+	res, err := s.applyGated(ctx, cmd)
 	if err != nil {
 		return 0, nil, err
 	}
 	if res.Status == fsm.StatusOK {
 		return http.StatusOK, api.Released{Released: true}, nil
 	}
-	return outcome(res, req.Name)
+	return outcome(res, cmd)
 }
 
 // writeHandler is every POST endpoint: read and validate a request of type R
@@ -151,12 +262,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.read(w, r, watchKey{key: name}, func(m store.LockReader) (any, uint64) {
+	s.read(w, r, &watchKey{key: name}, func(m store.LockReader) (any, uint64, error) {
 		l, held, idx := m.Lookup(name)
 		if held {
-			return viewOf(m, l), idx
+			return viewOf(m, l), idx, nil
 		}
-		return api.FreeLock{Name: name, Index: idx}, idx
+		return api.FreeLock{Name: name, Index: idx}, idx, nil
 	})
 }
 
@@ -180,13 +291,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	s.read(w, r, watchKey{key: prefix, prefix: true}, func(m store.LockReader) (any, uint64) {
+	s.read(w, r, &watchKey{key: prefix, prefix: true}, func(m store.LockReader) (any, uint64, error) {
 		locks, truncated, idx := m.ListIndexed(prefix, limit)
 		views := make([]api.Lock, len(locks))
 		for i, l := range locks {
 			views[i] = viewOf(m, l)
 		}
-		return api.LockList{Locks: views, Truncated: truncated, Index: idx}, idx
+		return api.LockList{Locks: views, Truncated: truncated, Index: idx}, idx, nil
 	})
 }
 
@@ -304,10 +415,12 @@ func (s *Server) park(ctx context.Context, k watchKey, after uint64, wait time.D
 
 // read answers from this node's state when ?stale=true, else linearizably
 // from the leader. With ?index=N it is a blocking read: it first parks on
-// this node until k's index passes N or wait_ms runs out (park). A read
+// this node until k's index passes N or wait_ms runs out (park); reads
+// with no k (sessions, semaphores) do not block, and refuse index. A read
 // forwarded by another node does not park again: that node did. Every
-// answer carries the index in X-Raftlock-Index.
-func (s *Server) read(w http.ResponseWriter, r *http.Request, k watchKey, view func(store.LockReader) (any, uint64)) {
+// answer carries the index in X-Raftlock-Index; view's error (a 404) is
+// answered instead.
+func (s *Server) read(w http.ResponseWriter, r *http.Request, k *watchKey, view func(store.LockReader) (any, uint64, error)) {
 	q, err := query(r)
 	if err != nil {
 		writeError(w, err)
@@ -323,12 +436,15 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, k watchKey, view f
 		stale = b
 	}
 	after, wait, block, err := blocking(q)
+	if err == nil && block && k == nil {
+		err = badRequest("index: blocking reads are for locks only")
+	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	if block && r.Header.Get(api.HeaderForwardedBy) == "" {
-		s.park(r.Context(), k, after, wait)
+		s.park(r.Context(), *k, after, wait)
 		if r.Context().Err() != nil {
 			return // the client went away
 		}
@@ -342,7 +458,10 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, k watchKey, view f
 		if err != nil {
 			return 0, nil, err
 		}
-		body, idx := view(m)
+		body, idx, err := view(m)
+		if err != nil {
+			return 0, nil, err
+		}
 		w.Header().Set(api.HeaderIndex, strconv.FormatUint(idx, 10))
 		return http.StatusOK, body, nil
 	})
@@ -356,12 +475,13 @@ func (s *Server) forceRelease(ctx context.Context, req *releaseRequest) (int, an
 	if !s.callerMay(ctx, RoleAdmin) {
 		return 0, nil, &apiError{http.StatusForbidden, api.CodeForbidden, "a force release needs an admin token"}
 	}
-	res, err := s.applyGated(ctx, fsm.Command{Op: fsm.OpForceRelease, Name: req.Name})
+	cmd := fsm.Command{Op: fsm.OpForceRelease, Name: req.Name}
+	res, err := s.applyGated(ctx, cmd)
 	if err != nil {
 		return 0, nil, err
 	}
 	if res.Status != fsm.StatusOK {
-		return outcome(res, req.Name)
+		return outcome(res, cmd)
 	}
 	by := callerName(ctx)
 	if by == "" {

@@ -37,16 +37,13 @@ func (r *acquireRequest) validate() error {
 	if err := validName(r.Name); err != nil {
 		return err
 	}
-	if len(r.Owner) > api.MaxOwner || !utf8.ValidString(r.Owner) {
-		return badRequest("owner: must be at most %d bytes of UTF-8", api.MaxOwner)
+	if err := validOwner(r.Owner); err != nil {
+		return err
 	}
 	if err := validValue(r.Value); err != nil {
 		return err
 	}
-	if r.TTLMs == nil {
-		return badRequest("ttl_ms: required")
-	}
-	if err := inRange("ttl_ms", *r.TTLMs, api.MinTTLMs, api.MaxTTLMs); err != nil {
+	if err := ttlOrSession(r.TTLMs, r.SessionID); err != nil {
 		return err
 	}
 	if r.LeaseID != "" {
@@ -57,7 +54,35 @@ func (r *acquireRequest) validate() error {
 	if err := inRange("wait_ms", r.WaitMs, 0, api.MaxWaitMs); err != nil {
 		return err
 	}
-	return inRange("lock_delay_ms", r.LockDelayMs, 0, api.MaxLockDelayMs)
+	if err := inRange("lock_delay_ms", r.LockDelayMs, 0, api.MaxLockDelayMs); err != nil {
+		return err
+	}
+	switch r.Mode {
+	case "", api.ModeExclusive, api.ModeShared:
+	default:
+		return badRequest("mode: must be %q or %q", api.ModeExclusive, api.ModeShared)
+	}
+	switch {
+	case r.LockDelayMs > 0 && r.Mode == api.ModeShared:
+		return badRequest("lock_delay_ms: not with mode %q (a shared hold has no lock-delay)", api.ModeShared)
+	case r.LockDelayMs > 0 && r.SessionID != "":
+		return badRequest("lock_delay_ms: not with session_id (the session's own lock_delay_ms applies when it expires)")
+	}
+	return nil
+}
+
+// ttlOrSession checks that a lease asks for exactly one of a TTL of its
+// own and a session, and that the one given is valid.
+func ttlOrSession(ttl *int64, session string) error {
+	switch {
+	case ttl != nil && session != "":
+		return badRequest("ttl_ms: not with session_id (give exactly one: a lease of a session lives as long as the session)")
+	case session != "":
+		return validID("session_id", session)
+	case ttl == nil:
+		return badRequest("ttl_ms: required (or session_id instead)")
+	}
+	return inRange("ttl_ms", *ttl, api.MinTTLMs, api.MaxTTLMs)
 }
 
 // validValue checks a lock's value: UTF-8, at most api.MaxValue bytes.
@@ -141,9 +166,20 @@ func validName(name string) error {
 	return nil
 }
 
-func validLeaseID(id string) error {
+func validLeaseID(id string) error { return validID("lease_id", id) }
+
+// validID checks a secret id (a lease's or a session's) in field.
+func validID(field, id string) error {
 	if !api.ValidLeaseID(id) {
-		return badRequest("lease_id: must be %s", api.LeaseIDRule)
+		return badRequest("%s: must be %s", field, api.LeaseIDRule)
+	}
+	return nil
+}
+
+// validOwner checks an owner: at most api.MaxOwner bytes of UTF-8.
+func validOwner(owner string) error {
+	if len(owner) > api.MaxOwner || !utf8.ValidString(owner) {
+		return badRequest("owner: must be at most %d bytes of UTF-8", api.MaxOwner)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
@@ -378,6 +379,9 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 		c.want(st, b, e.status)
 	}
 
+	// Sessions, shared locks and semaphores (command format 5).
+	skipped := runFormat5Contract(t, c, L, F)
+
 	// Backup and restore: the leader only, the file back as it came.
 	st, b = c.do(call{method: "GET", url: F + "/v1/snapshot"})
 	c.want(st, b, 503)
@@ -423,6 +427,9 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	// Every operation answered 2xx at least once.
 	for path, item := range c.doc.Paths.Map() {
 		for method, op := range item.Operations() {
+			if skipped[op.OperationID] {
+				continue
+			}
 			ok := false
 			for code := 200; code < 300; code++ {
 				ok = ok || c.seen[fmt.Sprintf("%s %d", op.OperationID, code)]
@@ -510,4 +517,136 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 			}
 		}
 	}
+}
+
+// format5Ops are the operations that need command format 5 to answer 2xx.
+var format5Ops = []string{"createSession", "renewSession", "closeSession", "getSession", "acquireSemaphore", "renewSemaphore", "releaseSemaphore"}
+
+// runFormat5Contract drives sessions, shared locks and semaphores through
+// follower F (forwarded) and leader L. A build whose leader may not write
+// command format 5 yet refuses their writes: then those answers are what
+// is checked, and the operations that can only
+// answer 2xx with format 5 are returned, to be left out of the coverage
+// check. A build that may write it must answer 2xx within the wait.
+func runFormat5Contract(t *testing.T, c *checker, L, F string) map[string]bool {
+	writable := fsm.MinVersion(fsm.Command{Op: fsm.OpSessionCreate}) <= fsm.MaxCommandVersion
+	const sessB = "contract-session-bbbbbbbb"
+	st, b := c.do(call{method: "GET", url: F + "/v1/sessions/" + sessB})
+	c.want(st, b, 404)
+	st, b = c.do(call{method: "GET", url: F + "/v1/semaphores/contract-sem"})
+	c.want(st, b, 200)
+	if !writable {
+		for _, w := range []struct{ path, body string }{
+			{"/v1/sessions", `{"owner":"contract","ttl_ms":10000}`},
+			{"/v1/sessions/renew", `{"session_id":"` + sessB + `"}`},
+			{"/v1/sessions/close", `{"session_id":"` + sessB + `"}`},
+			{"/v1/locks/acquire", `{"name":"contract-s","session_id":"` + sessB + `"}`},
+			{"/v1/locks/acquire", `{"name":"contract-s","ttl_ms":10000,"mode":"shared"}`},
+			{"/v1/semaphores/acquire", `{"name":"contract-sem","limit":1,"ttl_ms":10000}`},
+			{"/v1/semaphores/renew", `{"name":"contract-sem","lease_id":"` + sessB + `"}`},
+			{"/v1/semaphores/release", `{"name":"contract-sem","lease_id":"` + sessB + `"}`},
+		} {
+			// 500 while raftnode routes none of the new ops yet.
+			st, b := c.do(call{method: "POST", url: F + w.path, body: w.body})
+			c.want(st, b, 503, 500)
+		}
+		t.Logf("this build's leader does not write command format 5 yet: %v checked for error answers only", format5Ops)
+		skipped := map[string]bool{}
+		for _, op := range format5Ops {
+			skipped[op] = true
+		}
+		return skipped
+	}
+
+	// A session (503 until the leader's survey finds every node at format 5).
+	var sess api.Session
+	clustertest.WaitFor(t, 15*time.Second, "a session create", func() bool {
+		st, b := c.do(call{method: "POST", url: F + "/v1/sessions", body: `{"owner":"contract","ttl_ms":10000,"lock_delay_ms":0}`})
+		c.want(st, b, 200, 503)
+		sess = decode[api.Session](t, b)
+		return st == 200
+	})
+	sid := sess.SessionID
+	st, b = c.do(call{method: "POST", url: L + "/v1/sessions", body: `{"owner":"contract","ttl_ms":10000,"session_id":"` + sessB + `"}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/sessions/renew", body: `{"session_id":"` + sid + `","ttl_ms":20000}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/sessions/renew", body: `{"session_id":"contract-nobody-nobody"}`})
+	c.want(st, b, 404)
+
+	// Locks in the session, and a shared lock with two readers.
+	st, b = c.do(call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"contract-s1","owner":"contract","session_id":"` + sid + `"}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"contract-s2","session_id":"contract-nobody-nobody"}`})
+	c.want(st, b, 404)
+	st, b = c.do(call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"contract-r","owner":"r1","ttl_ms":10000,"mode":"shared"}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"contract-r","owner":"r2","session_id":"` + sid + `","mode":"shared"}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"contract-r","owner":"w","ttl_ms":10000,"mode":"exclusive"}`})
+	c.want(st, b, 409)
+	if len(decode[api.HeldError](t, b).Holders) != 2 {
+		t.Errorf("held by two readers: %s", b)
+	}
+	st, b = c.do(call{method: "GET", url: F + "/v1/locks/contract-r"})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "GET", url: F + "/v1/locks/contract-r?stale=true"})
+	c.want(st, b, 200)
+
+	// Semaphores: a permit in the session, one with a TTL, full, mismatch.
+	st, b = c.do(call{method: "POST", url: F + "/v1/semaphores/acquire", body: `{"name":"contract-sem","limit":2,"owner":"p0","session_id":"` + sid + `"}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/semaphores/acquire", body: `{"name":"contract-sem","limit":2,"owner":"p1","ttl_ms":10000,"lease_id":"contract-permit-1111","wait_ms":0}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: L + "/v1/semaphores/acquire", body: `{"name":"contract-sem","limit":2,"owner":"p2","ttl_ms":10000}`})
+	c.want(st, b, 409)
+	st, b = c.do(call{method: "POST", url: F + "/v1/semaphores/acquire", body: `{"name":"contract-sem","limit":3,"owner":"p2","ttl_ms":10000}`})
+	c.want(st, b, 409)
+	st, b = c.do(call{method: "POST", url: F + "/v1/semaphores/acquire", body: `{"name":"contract-sem","limit":2,"session_id":"contract-nobody-nobody"}`})
+	c.want(st, b, 404)
+	st, b = c.do(call{method: "GET", url: F + "/v1/semaphores/contract-sem"})
+	c.want(st, b, 200)
+	if sem := decode[api.Semaphore](t, b); sem.Limit != 2 || len(sem.Holders) != 2 {
+		t.Errorf("semaphore read: %s", b)
+	}
+	st, b = c.do(call{method: "POST", url: F + "/v1/semaphores/renew", body: `{"name":"contract-sem","lease_id":"contract-permit-1111","ttl_ms":20000}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/semaphores/renew", body: `{"name":"contract-sem","lease_id":"contract-permit-2222"}`})
+	c.want(st, b, 409)
+	st, b = c.do(call{method: "POST", url: L + "/v1/semaphores/release", body: `{"name":"contract-sem","lease_id":"contract-permit-1111"}`})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: L + "/v1/semaphores/release", body: `{"name":"contract-sem","lease_id":"contract-permit-1111"}`})
+	c.want(st, b, 409)
+
+	// The session's read, then its close ends its three leases.
+	st, b = c.do(call{method: "GET", url: F + "/v1/sessions/" + sid})
+	c.want(st, b, 200)
+	if info := decode[api.SessionInfo](t, b); len(info.Leases) != 3 {
+		t.Errorf("session read: %s, want 3 leases", b)
+	}
+	st, b = c.do(call{method: "GET", url: L + "/v1/sessions/" + sid + "?stale=true"})
+	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/sessions/close", body: `{"session_id":"` + sid + `"}`})
+	c.want(st, b, 200)
+	if cl := decode[api.SessionClosed](t, b); cl.Released != 3 {
+		t.Errorf("close: %s, want 3 released", b)
+	}
+	st, b = c.do(call{method: "POST", url: F + "/v1/sessions/close", body: `{"session_id":"` + sid + `"}`})
+	c.want(st, b, 404)
+	st, b = c.do(call{method: "POST", url: F + "/v1/sessions/close", body: `{"session_id":"` + sessB + `"}`})
+	c.want(st, b, 200)
+
+	// Bad requests: 400 naming the field.
+	for _, e := range []call{
+		{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"x","ttl_ms":10000,"session_id":"` + sessB + `"}`, invalid: true},
+		{method: "POST", url: F + "/v1/locks/acquire", body: `{"name":"x","ttl_ms":10000,"mode":"shared","lock_delay_ms":5}`},
+		{method: "POST", url: L + "/v1/semaphores/acquire", body: `{"name":"x","limit":0,"ttl_ms":10000}`, invalid: true},
+		{method: "POST", url: L + "/v1/semaphores/acquire", body: `{"name":"x","limit":1,"ttl_ms":10000,"lock_delay_ms":0}`, invalid: true},
+		{method: "POST", url: F + "/v1/sessions", body: `{"owner":"x"}`, invalid: true},
+		{method: "GET", url: F + "/v1/sessions/short", invalid: true},
+	} {
+		st, b := c.do(e)
+		c.want(st, b, 400)
+	}
+	return nil
 }

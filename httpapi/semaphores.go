@@ -1,0 +1,200 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/internal/store"
+)
+
+// Semaphores (docs/API.md, "Semaphores"): up to limit fenced permits, each
+// with a slot and the token of its granting entry. Their names are their
+// own namespace. Every write needs command format 5.
+
+// semAcquireRequest is api.SemaphoreAcquireRequest plus lock_delay_ms,
+// which it refuses by name: a client that sends it expects a lock-delay
+// that semaphores do not have, and "unknown field" would not say so.
+type semAcquireRequest struct {
+	Name        string `json:"name"`
+	Limit       int64  `json:"limit"`
+	Owner       string `json:"owner,omitempty"`
+	TTLMs       *int64 `json:"ttl_ms,omitempty"`
+	SessionID   string `json:"session_id,omitempty"`
+	LeaseID     string `json:"lease_id,omitempty"`
+	WaitMs      int64  `json:"wait_ms,omitempty"`
+	LockDelayMs *int64 `json:"lock_delay_ms,omitempty"`
+}
+
+type (
+	semRenewRequest   api.SemaphoreRenewRequest
+	semReleaseRequest api.SemaphoreReleaseRequest
+)
+
+func (r *semAcquireRequest) validate() error {
+	if err := validName(r.Name); err != nil {
+		return err
+	}
+	if err := inRange("limit", r.Limit, 1, api.MaxSemaphoreLimit); err != nil {
+		return err
+	}
+	if err := validOwner(r.Owner); err != nil {
+		return err
+	}
+	if err := ttlOrSession(r.TTLMs, r.SessionID); err != nil {
+		return err
+	}
+	if r.LeaseID != "" {
+		if err := validLeaseID(r.LeaseID); err != nil {
+			return err
+		}
+	}
+	if err := inRange("wait_ms", r.WaitMs, 0, api.MaxWaitMs); err != nil {
+		return err
+	}
+	if r.LockDelayMs != nil {
+		return badRequest("lock_delay_ms: semaphores have no lock-delay (a permit that expires is free at once)")
+	}
+	return nil
+}
+
+func (r *semRenewRequest) validate() error {
+	if err := validName(r.Name); err != nil {
+		return err
+	}
+	if err := validLeaseID(r.LeaseID); err != nil {
+		return err
+	}
+	if r.TTLMs != nil {
+		return inRange("ttl_ms", *r.TTLMs, api.MinTTLMs, api.MaxTTLMs)
+	}
+	return nil
+}
+
+func (r *semReleaseRequest) validate() error {
+	if err := validName(r.Name); err != nil {
+		return err
+	}
+	return validLeaseID(r.LeaseID)
+}
+
+// semOutcome turns the state machine's result for a semaphore command
+// into the contract's answer.
+func semOutcome(r fsm.Result, cmd fsm.Command) (int, any, error) {
+	name := cmd.Name
+	switch r.Status {
+	case fsm.StatusOK:
+		if cmd.Op == fsm.OpSemRelease {
+			return http.StatusOK, api.Released{Released: true}, nil
+		}
+		l := r.Lock
+		return http.StatusOK, api.Permit{Name: l.Name, Owner: l.Owner, LeaseID: l.LeaseID, Slot: l.Slot, FencingToken: l.Token,
+			Limit: l.Limit, TTLMs: l.TTL, SessionID: l.SessionID}, nil
+	case fsm.StatusFull:
+		holders := make([]api.PermitHolder, len(r.Holders))
+		for i, h := range r.Holders {
+			holders[i] = api.PermitHolder{Owner: h.Owner, Slot: h.Slot, FencingToken: h.Token}
+		}
+		return http.StatusConflict, api.FullError{Error: api.CodeFull, Holders: holders,
+			Message: fmt.Sprintf("semaphore %q is full: all %d permits are held", name, len(holders))}, nil
+	case fsm.StatusLimitMismatch:
+		return http.StatusConflict, api.LimitMismatchError{Error: api.CodeLimitMismatch, Limit: r.Limit,
+			Message: fmt.Sprintf("limit: semaphore %q is held with limit %d, not %d", name, r.Limit, cmd.Limit)}, nil
+	case fsm.StatusNotHolder:
+		return http.StatusConflict, api.Error{Error: api.CodeNotHolder,
+			Message: fmt.Sprintf("this lease holds no permit of semaphore %q (expired, released, or never did)", name)}, nil
+	}
+	return refusal(r, cmd)
+}
+
+func semAcquireWait(req *semAcquireRequest) time.Duration {
+	return time.Duration(req.WaitMs) * time.Millisecond
+}
+
+func (s *Server) acquireSemaphore(ctx context.Context, req *semAcquireRequest) (int, any, error) {
+	cmd := fsm.Command{Op: fsm.OpSemAcquire, Name: req.Name, Limit: req.Limit, Owner: req.Owner, LeaseID: req.LeaseID, SessionID: req.SessionID}
+	if req.TTLMs != nil {
+		cmd.TTL = *req.TTLMs
+	}
+	res, err := s.semAcquireGated(ctx, cmd, semAcquireWait(req))
+	if err != nil {
+		return 0, nil, err
+	}
+	return semOutcome(res, cmd)
+}
+
+// semAcquireGated runs a semaphore acquire through the admission gate as
+// acquireGated runs a lock's: an admitted try without waiting, then, if
+// the semaphore is full, the wait outside the gate (the store parks it
+// until a permit frees). acquireGated itself waits only after a held
+// answer, and full is the semaphore's; where the gate does not apply the
+// store waits at once.
+func (s *Server) semAcquireGated(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error) {
+	if wait <= 0 {
+		return s.acquireGated(ctx, cmd, 0)
+	}
+	if id, _ := s.store.Leader(); s.admission == nil || id != s.store.ID() {
+		return s.store.Acquire(ctx, cmd, wait)
+	}
+	res, err := s.acquireGated(ctx, cmd, 0)
+	if err != nil || res.Status != fsm.StatusFull {
+		return res, err
+	}
+	return s.store.Acquire(ctx, cmd, wait)
+}
+
+func (s *Server) renewSemaphore(ctx context.Context, req *semRenewRequest) (int, any, error) {
+	cmd := fsm.Command{Op: fsm.OpSemRenew, Name: req.Name, LeaseID: req.LeaseID}
+	if req.TTLMs != nil {
+		cmd.TTL = *req.TTLMs
+	}
+	res, err := s.applyGated(ctx, cmd)
+	if err != nil {
+		return 0, nil, err
+	}
+	return semOutcome(res, cmd)
+}
+
+func (s *Server) releaseSemaphore(ctx context.Context, req *semReleaseRequest) (int, any, error) {
+	cmd := fsm.Command{Op: fsm.OpSemRelease, Name: req.Name, LeaseID: req.LeaseID}
+	res, err := s.applyGated(ctx, cmd)
+	if err != nil {
+		return 0, nil, err
+	}
+	return semOutcome(res, cmd)
+}
+
+// getSemaphore reads one semaphore: its limit and permits by slot, never
+// their lease ids. Nobody holding is 200 with limit 0 and no holders.
+func (s *Server) getSemaphore(w http.ResponseWriter, r *http.Request) {
+	name, err := url.PathUnescape(mux.Vars(r)["name"])
+	if err != nil {
+		writeError(w, badRequest("name: bad path escape: %v", err))
+		return
+	}
+	if err := validName(name); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.read(w, r, nil, func(m store.LockReader) (any, uint64, error) {
+		sem, _ := m.Semaphore(name)
+		v := api.Semaphore{Name: name, Limit: sem.Limit, Index: sem.Index, Holders: make([]api.SemaphoreHolder, 0, len(sem.Holders))}
+		lv, leads := m.(store.LeaseView)
+		for _, h := range sem.Holders {
+			sh := api.SemaphoreHolder{Owner: h.Owner, Slot: h.Slot, FencingToken: h.Token, TTLMs: h.TTL}
+			if leads {
+				sh.RemainingMs = remaining(m, lv, h)
+			}
+			v.Holders = append(v.Holders, sh)
+		}
+		if leads {
+			v.Waiters = lv.SemaphoreWaiters(name)
+		}
+		return v, v.Index, nil
+	})
+}
