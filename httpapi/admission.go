@@ -208,10 +208,9 @@ func (s *Server) acquireGated(ctx context.Context, cmd fsm.Command, wait time.Du
 	}
 	tenant := tenantOf(ctx, cmd.Name)
 	if wait > 0 {
-		p, shed := a.waiters.Park(tenant)
-		if shed != nil {
-			a.shed(s.log, tenant, "shed_wait")
-			return fsm.Result{}, overloaded(shed)
+		p, err := s.parkTenant(tenant)
+		if err != nil {
+			return fsm.Result{}, err
 		}
 		defer p.Done()
 	}
@@ -225,6 +224,28 @@ func (s *Server) acquireGated(ctx context.Context, cmd fsm.Command, wait time.Du
 		return res, err
 	}
 	return s.store.Acquire(ctx, cmd, wait)
+}
+
+// parkGated takes a place in the tenant's share of parked acquires for a
+// wait on name (a lock's or a semaphore's), or answers 429 overloaded; the
+// caller must call Done on the place (nil-safe) when the wait is answered.
+// It returns nil and no error where the gate does not apply (off, or not
+// the leader).
+func (s *Server) parkGated(ctx context.Context, name string) (*admission.Parked, error) {
+	if s.admission == nil || !s.leading() {
+		return nil, nil
+	}
+	return s.parkTenant(tenantOf(ctx, name))
+}
+
+func (s *Server) parkTenant(tenant string) (*admission.Parked, error) {
+	a := s.admission
+	p, shed := a.waiters.Park(tenant)
+	if shed != nil {
+		a.shed(s.log, tenant, "shed_wait")
+		return nil, overloaded(shed)
+	}
+	return p, nil
 }
 
 // Paths of the gated writes, for shedEarly.
