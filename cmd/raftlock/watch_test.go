@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -147,7 +148,7 @@ func TestCLIWatch(t *testing.T) {
 	for i, line := range ls {
 		var got api.Lock
 		decode(t, line, &got)
-		if got != want[i] {
+		if !reflect.DeepEqual(got, want[i]) {
 			t.Errorf("line %d: %+v, want %+v", i, got, want[i])
 		}
 	}
