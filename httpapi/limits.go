@@ -263,6 +263,11 @@ func (s *Server) bodyFirst(next http.Handler) http.Handler {
 			refuseBody(w, r) // the rest is not read; readBody answers 413
 		default:
 			setReadDeadline(r, time.Time{})
+			// A tenant over its share is refused before the strict parse,
+			// which is most of what a 429 would cost under a flood.
+			if s.shedEarly(w, r, body) {
+				return
+			}
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
