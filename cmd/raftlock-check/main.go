@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,9 @@ func clientMain(args []string) int {
 	seed := fs.Int64("seed", 1, "random seed")
 	timeout := fs.Duration("timeout", 2*time.Second, "per-request timeout")
 	rate := fs.Float64("clock-rate", 0, "this client's clock rate against CLOCK_MONOTONIC (0: 1)")
+	mix := fs.Float64("mix", 0, "share of cycles using sessions, semaphores or shared locks")
+	rwLocks := fs.String("rw-locks", "", "comma-separated lock names for shared and session cycles")
+	sems := fs.String("semaphores", "", "comma-separated NAME=LIMIT semaphores")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -70,9 +74,36 @@ func clientMain(args []string) int {
 	defer j.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	semaphores, err := parseSemaphores(*sems)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "raftlock-check client:", err)
+		return 2
+	}
+	var rw []string
+	if *rwLocks != "" {
+		rw = strings.Split(*rwLocks, ",")
+	}
 	workload.New(workload.Config{
 		ID: *id, Nodes: strings.Split(*nodes, ","), Register: *reg, Locks: strings.Split(*locks, ","),
 		Renew: *renew, Seed: *seed, Timeout: *timeout, Journal: j, ClockRate: *rate,
+		Mix: *mix, RWLocks: rw, Semaphores: semaphores,
 	}).Run(ctx)
 	return 0
+}
+
+// parseSemaphores reads "NAME=LIMIT,..." ("" is none).
+func parseSemaphores(s string) (map[string]int64, error) {
+	out := map[string]int64{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		name, limit, ok := strings.Cut(kv, "=")
+		n, err := strconv.ParseInt(limit, 10, 64)
+		if !ok || err != nil || n < 1 {
+			return nil, fmt.Errorf("--semaphores: want NAME=LIMIT, got %q", kv)
+		}
+		out[name] = n
+	}
+	return out, nil
 }

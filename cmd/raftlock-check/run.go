@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,27 @@ type config struct {
 	// clocks; it needs a raftlock_faults build of raftlock.
 	clockFaults bool
 	leaderRate  float64 // seeded twin beyond the bound: every node's clock rate
+	// mix is the share of client cycles that use sessions, semaphore
+	// permits and shared locks (issue 15), on names of their own.
+	mix float64
+}
+
+// rwLocks and semaphores are the names the issue-15 cycles use, as many as
+// --locks; semaphore i has limit 2 + i%2.
+func (c config) rwLocks() []string {
+	var out []string
+	for i := 0; i < c.locks; i++ {
+		out = append(out, fmt.Sprintf("rw/%d", i))
+	}
+	return out
+}
+
+func (c config) semaphores() map[string]int64 {
+	out := map[string]int64{}
+	for i := 0; i < c.locks; i++ {
+		out[fmt.Sprintf("sem/%d", i)] = int64(2 + i%2)
+	}
+	return out
 }
 
 func parseRun(args []string, stderr io.Writer) (config, error) {
@@ -68,6 +90,7 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.seededBug, "seeded-bug", os.Getenv("RAFTLOCK_SEEDED_BUG"), "seeded bug (test builds only; env RAFTLOCK_SEEDED_BUG)")
 	fs.BoolVar(&c.clockFaults, "clock-faults", false, "add clock faults: wall jumps, leader rate skew, monotonic leaps (raftlock built with -tags raftlock_faults)")
 	fs.Float64Var(&c.leaderRate, "clock-leader-rate", 0, "with --clock-faults: run every node's clock at this rate (1.2: the seeded twin beyond the bound)")
+	fs.Float64Var(&c.mix, "mix", 0.4, "share of client cycles that use sessions, semaphore permits and shared locks (on rw/N and sem/N; 0: the lock workload alone)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -145,6 +168,7 @@ type runner struct {
 
 	epilogue  []model.Expect
 	finalErrs []model.Violation
+	holdErrs  []model.Violation // (h), (i): locks or permits leaked past the workload
 	nodes     []model.NodeState
 	notReady  []string
 	stateCk   stateCheck // (g)
@@ -167,7 +191,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(out, "raftlock-check: seed %d, duration %v, %d clients, %d locks, run dir %s\n", cfg.seed, cfg.duration, cfg.clients, cfg.locks, r.dir)
+	fmt.Fprintf(out, "raftlock-check: seed %d, duration %v, %d clients, %d locks, mix %.2f, run dir %s\n", cfg.seed, cfg.duration, cfg.clients, cfg.locks, cfg.mix, r.dir)
 	if cfg.seededBug != "" {
 		fmt.Fprintf(out, "raftlock-check: SEEDED BUG %q (test build)\n", cfg.seededBug)
 	}
@@ -275,7 +299,16 @@ func (r *runner) setup() error {
 			"--register", regURL, "--journal", filepath.Join(r.dir, "journal", fmt.Sprintf("c%d.jsonl", id)),
 			"--locks", strings.Join(locks, ","), "--renew="+strconv.FormatBool(id%2 == 0),
 			"--seed", strconv.FormatInt(r.cfg.seed*100+int64(id), 10),
-			"--clock-rate", strconv.FormatFloat(r.clientRates[id], 'f', -1, 64))
+			"--clock-rate", strconv.FormatFloat(r.clientRates[id], 'f', -1, 64),
+			"--mix", strconv.FormatFloat(r.cfg.mix, 'f', -1, 64))
+		if r.cfg.mix > 0 {
+			var sems []string
+			for name, limit := range r.cfg.semaphores() {
+				sems = append(sems, fmt.Sprintf("%s=%d", name, limit))
+			}
+			sort.Strings(sems)
+			cmd.Args = append(cmd.Args, "--rw-locks", strings.Join(r.cfg.rwLocks(), ","), "--semaphores", strings.Join(sems, ","))
+		}
 		cmd.Stdout, cmd.Stderr = lf, lf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -402,6 +435,9 @@ func (r *runner) finish(ctx context.Context) {
 		} else {
 			r.epilogue = append(r.epilogue, model.Expect{Name: name, Held: true, Owner: "final", Token: tok, TTLMs: 45000})
 		}
+	}
+	if r.cfg.mix > 0 {
+		r.finishHolds(ctx, cl)
 	}
 	r.nodes = r.readFinal(rctx)
 	r.logf("final state read from %d nodes", len(r.nodes))

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -40,15 +41,26 @@ type Config struct {
 	// on that clock, and the checker judges its leases by it.
 	ClockRate float64
 	Journal   *history.Journal
+	// Mix is the share of cycles that use sessions, semaphore permits or
+	// shared locks (issue 15), on RWLocks and Semaphores, names of their
+	// own; 0 runs the lock workload alone.
+	Mix        float64
+	RWLocks    []string
+	Semaphores map[string]int64 // name -> limit
 }
 
 // Client runs the loop.
 type Client struct {
-	cfg  Config
-	rnd  *rand.Rand
-	http *http.Client
-	seq  int
-	vals int // values sent so far
+	cfg Config
+	rnd *rand.Rand
+	// mix draws every choice of the session, semaphore and shared-lock
+	// cycles, so that with Mix 0 a seed replays the lock workload's choices
+	// exactly as before those cycles existed.
+	mix   *rand.Rand
+	http  *http.Client
+	seqMu sync.Mutex // a close sent while an acquire of its session is in flight
+	seq   int
+	vals  int // values sent so far
 	// seen is the index of this client's latest read of each lock: a
 	// blocking read asks for a change past it.
 	seen map[string]uint64
@@ -60,7 +72,8 @@ func New(cfg Config) *Client {
 		DialContext:         (&net.Dialer{Timeout: 500 * time.Millisecond}).DialContext,
 		MaxIdleConnsPerHost: 4,
 	}
-	return &Client{cfg: cfg, rnd: rand.New(rand.NewSource(cfg.Seed)), http: &http.Client{Transport: t, Timeout: cfg.Timeout}, seen: map[string]uint64{}}
+	return &Client{cfg: cfg, rnd: rand.New(rand.NewSource(cfg.Seed)), mix: rand.New(rand.NewSource(cfg.Seed ^ 0x15)),
+		http: &http.Client{Transport: t, Timeout: cfg.Timeout}, seen: map[string]uint64{}}
 }
 
 func (c *Client) owner() string { return fmt.Sprintf("c%d", c.cfg.ID) }
@@ -72,6 +85,8 @@ func (c *Client) value() string {
 }
 
 func (c *Client) nextID() string {
+	c.seqMu.Lock()
+	defer c.seqMu.Unlock()
 	c.seq++
 	return fmt.Sprintf("c%d-%d", c.cfg.ID, c.seq)
 }
@@ -79,6 +94,10 @@ func (c *Client) nextID() string {
 // Run loops until ctx ends.
 func (c *Client) Run(ctx context.Context) {
 	for ctx.Err() == nil {
+		if c.cfg.Mix > 0 && c.mix.Float64() < c.cfg.Mix {
+			c.holdCycle(ctx)
+			continue
+		}
 		if c.rnd.Intn(4) == 0 {
 			c.read(c.cfg.Locks[c.rnd.Intn(len(c.cfg.Locks))])
 		}
@@ -330,6 +349,10 @@ func (c *Client) classify(resp *http.Response, err error) history.Entry {
 		} `json:"holder"`
 		Value string  `json:"value"`
 		Index *uint64 `json:"index"`
+		// Sessions and semaphores (issue 15).
+		SessionID string `json:"session_id"`
+		Slot      int    `json:"slot"`
+		Limit     int64  `json:"limit"`
 	}
 	jerr := json.Unmarshal(raw, &body)
 	switch {
@@ -337,6 +360,7 @@ func (c *Client) classify(resp *http.Response, err error) history.Entry {
 		r.Outcome, r.Err = history.Unknown, fmt.Sprint("reading the answer: ", rerr, jerr)
 	case resp.StatusCode == http.StatusOK:
 		r.Outcome, r.Token, r.Value = history.OK, body.Token, body.Value
+		r.Session, r.Slot, r.Limit = body.SessionID, body.Slot, body.Limit
 		if body.Held != nil && !*body.Held {
 			r.Outcome = history.Free
 		}
@@ -349,6 +373,15 @@ func (c *Client) classify(resp *http.Response, err error) history.Entry {
 		r.Outcome, r.Holder = history.Held, body.Holder.Token
 	case resp.StatusCode == http.StatusConflict && body.Error == "not_holder":
 		r.Outcome = history.NotHolder
+	case resp.StatusCode == http.StatusConflict && body.Error == "full":
+		r.Outcome = history.Full
+	case resp.StatusCode == http.StatusConflict && body.Error == "limit_mismatch":
+		r.Outcome, r.Limit = history.LimitMismatch, body.Limit
+	case resp.StatusCode == http.StatusConflict && body.Error == "session_full":
+		r.Outcome = history.SessionFull
+	case resp.StatusCode == http.StatusNotFound && body.Error == "no_session":
+		// Definite: nothing applied, and the session is unknown or ended.
+		r.Outcome = history.NoSession
 	case resp.StatusCode == http.StatusGatewayTimeout:
 		// 504 (unknown_outcome, or any proxy's gateway timeout): the node
 		// cannot know whether the write applied. Like a timeout, it may

@@ -63,3 +63,37 @@ func TestClassifyValueIndexAndUpdate(t *testing.T) {
 		}
 	}
 }
+
+// The answers of issue 15: a permit's slot, limit and session; the new
+// refusals are definite, each with its own outcome.
+func TestClassifyPermitsAndSessions(t *testing.T) {
+	cases := []struct {
+		status  int
+		body    string
+		out     string
+		slot    int
+		limit   int64
+		session string
+	}{
+		{200, `{"name":"S","owner":"c1","lease_id":"p01-000001-0000abcd","slot":2,"fencing_token":40,"limit":3,"ttl_ms":1000,"session_id":"s01-000001-00001234"}`, history.OK, 2, 3, "s01-000001-00001234"},
+		{200, `{"session_id":"s01-000001-00001234","owner":"c1","ttl_ms":1000,"lock_delay_ms":0}`, history.OK, 0, 0, "s01-000001-00001234"},
+		{404, `{"error":"no_session","message":"session unknown or ended"}`, history.NoSession, 0, 0, ""},
+		{409, `{"error":"full","message":"m","holders":[{"owner":"c2","slot":0,"fencing_token":7}]}`, history.Full, 0, 0, ""},
+		{409, `{"error":"limit_mismatch","message":"m","limit":2}`, history.LimitMismatch, 0, 2, ""},
+		{409, `{"error":"session_full","message":"m"}`, history.SessionFull, 0, 0, ""},
+		{404, `{"error":"not_found","message":"m"}`, history.Fail, 0, 0, ""},
+	}
+	for _, tc := range cases {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tc.status)
+			w.Write([]byte(tc.body))
+		}))
+		c := New(Config{Nodes: []string{srv.URL}})
+		resp, err := http.Get(srv.URL)
+		r := c.classify(resp, err)
+		srv.Close()
+		if r.Outcome != tc.out || r.Slot != tc.slot || r.Limit != tc.limit || r.Session != tc.session {
+			t.Errorf("%d %s: %+v, want outcome %s slot %d limit %d session %q", tc.status, tc.body, r, tc.out, tc.slot, tc.limit, tc.session)
+		}
+	}
+}
