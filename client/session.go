@@ -375,6 +375,9 @@ func (c *Client) CreateSession(ctx context.Context, opts SessionOptions) (*Sessi
 	if err != nil {
 		return nil, err
 	}
+	if resp.SessionID != id {
+		return nil, fmt.Errorf("raftlock: create session answered another session id")
+	}
 	return &SessionInfo{ID: resp.SessionID, Owner: resp.Owner, TTL: msDuration(resp.TTLMs), LockDelay: msDuration(resp.LockDelayMs), Remaining: -1}, nil
 }
 
