@@ -220,7 +220,8 @@ func (s *Server) acquireGated(ctx context.Context, cmd fsm.Command, wait time.Du
 	}
 	res, err := s.store.Acquire(ctx, cmd, 0)
 	tk.Done(observable(res, err))
-	if err != nil || wait <= 0 || res.Status != fsm.StatusHeld {
+	// A full semaphore is what a held lock is to its waiters.
+	if err != nil || wait <= 0 || (res.Status != fsm.StatusHeld && res.Status != fsm.StatusFull) {
 		return res, err
 	}
 	return s.store.Acquire(ctx, cmd, wait)
