@@ -90,6 +90,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&c.admission.Limit.Min, "admission-min", 64, "the adaptive limit's floor: writes in flight it always allows (64: below it, shedding on a loaded 2-core node cost more CPU than it saved)")
 	fs.IntVar(&c.admission.Limit.Max, "admission-max", 256, "the adaptive limit's ceiling; keep it under --max-pending-applies / 2")
 	fs.Float64Var(&c.admission.Limit.Tolerance, "admission-tolerance", 2, "commit latency, as a multiple of the unloaded one, past which the limit shrinks")
+	fs.IntVar(&c.admission.MaxWaiters, "admission-max-waiters", 0, "parked acquires (wait_ms) shared fairly between tenants on the leader; 0: 50,000, half the node's bound")
 	fs.Uint64Var(&c.node.ReadyMaxLag, "ready-max-lag", raftnode.DefaultReadyMaxLag, "a follower this many entries behind the leader's commit index is not ready (/readyz)")
 	fs.BoolVar(&c.node.AllowLostVoteRecord, "allow-lost-vote-record", false, "start although the data dir holds Raft state but raft.db lost its vote record (risk: two leaders in one term)")
 	sec := addSecurityFlags(fs)

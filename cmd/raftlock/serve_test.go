@@ -47,6 +47,12 @@ func TestParseServe(t *testing.T) {
 					t.Errorf("debug addr %q", c.debugAddr)
 				}
 			}},
+		{name: "admission waiters", args: []string{"--id", "n1", "--data-dir", "d", "--admission-max-waiters", "300"},
+			check: func(t *testing.T, c serveConfig) {
+				if got := c.admission.options().MaxWaiters; got != 300 {
+					t.Errorf("admission MaxWaiters %d, want 300", got)
+				}
+			}},
 		{name: "missing id", args: []string{"--data-dir", "d"}, wantErr: "--id is required"},
 		{name: "missing data dir", args: []string{"--id", "n1"}, wantErr: "--data-dir is required"},
 		{name: "bad peers", args: []string{"--id", "n1", "--data-dir", "d", "--peers", "n1:9001"}, wantErr: "--peers"},
