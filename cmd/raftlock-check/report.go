@@ -171,7 +171,7 @@ func (rep *report) print(r *runner) {
 		rep.regs.FencedAccepted, rep.regs.FencedRejected, rep.regs.FencedRepeats, rep.regs.UnfencedWrites, rep.regs.UnfencedLost)
 	waits, late := 0, 0
 	for _, o := range rep.ops {
-		if (o.Kind == history.Acquire || o.Kind == history.SemAcquire) && o.WaitMs > 0 {
+		if (o.Kind == history.Acquire || o.Kind == history.SemAcquire) && o.WaitMs > 0 && o.Client != 0 { // not the closing ops
 			waits++
 			if o.Outcome == history.OK && o.Return-o.Call >= o.WaitMs*int64(time.Millisecond) {
 				late++

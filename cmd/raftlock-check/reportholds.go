@@ -41,6 +41,10 @@ func holdProps(r *runner, ops []history.Op, exclusion, kept []model.Violation, o
 			p.prop.notChecked, p.prop.note = true, p.what
 		}
 	}
+	if r.holdNote != "" {
+		h.note = strings.TrimPrefix(h.note+"; "+r.holdNote, "; ")
+		i.note = strings.TrimPrefix(i.note+"; "+r.holdNote, "; ")
+	}
 	return []property{h, i, j}
 }
 

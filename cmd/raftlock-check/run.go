@@ -169,6 +169,7 @@ type runner struct {
 	epilogue  []model.Expect
 	finalErrs []model.Violation
 	holdErrs  []model.Violation // (h), (i): locks or permits leaked past the workload
+	holdNote  string            // why the closing holds could not be checked
 	nodes     []model.NodeState
 	notReady  []string
 	stateCk   stateCheck // (g)
@@ -439,7 +440,10 @@ func (r *runner) finish(ctx context.Context) {
 	if r.cfg.mix > 0 {
 		r.finishHolds(ctx, cl)
 	}
-	r.nodes = r.readFinal(rctx)
+	// The closing holds may take a while: the final read gets a fresh bound.
+	fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer fcancel()
+	r.nodes = r.readFinal(fctx)
 	r.logf("final state read from %d nodes", len(r.nodes))
 	r.stateCk = r.runStateCheck(ctx)
 	if r.stateCk.ran {
