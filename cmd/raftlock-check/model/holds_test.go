@@ -320,7 +320,8 @@ func TestLinearizableLeavesOutWhatItCannotModel(t *testing.T) {
 	sl := inSession(op("3", 3, history.Acquire, "C", 0, 0, 10, history.OK, 7), "S")
 	sl.Name = "sl"
 	sem := permit(op("4", 4, history.Acquire, "D", 1000, 0, 10, history.OK, 8), 2, 0)
-	res := Linearizable([]history.Op{plain, rw, sl, sem, sop("5", 3, history.SessCreate, "S", 1000, 0, 5, history.OK)}, time.Second)
+	reg := history.Op{ID: "6", Client: 4, Kind: history.FWrite, Name: "S#0", Token: 8, Outcome: history.OK}
+	res := Linearizable([]history.Op{plain, rw, sl, sem, sop("5", 3, history.SessCreate, "S", 1000, 0, 5, history.OK), reg}, time.Second)
 	if len(res) != 1 || res[0].Name != "L" {
 		t.Fatalf("partitions %+v, want only L", res)
 	}

@@ -411,7 +411,12 @@ func Linearizable(ops []history.Op, timeout time.Duration) []LinResult {
 	byName := map[string][]history.Op{}
 	outside := map[string]bool{}
 	for _, o := range ops {
-		if sem, _ := holdRole(o.Kind); o.Name == "" || sem {
+		switch o.Kind {
+		case history.Acquire, history.Renew, history.Release, history.Update, history.Read:
+		default:
+			continue // semaphores, registers, sessions
+		}
+		if o.Name == "" {
 			continue
 		}
 		byName[o.Name] = append(byName[o.Name], o)

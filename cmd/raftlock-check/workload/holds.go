@@ -283,7 +283,7 @@ func (c *Client) sessionCycle(ctx context.Context) {
 		held = append(held, h)
 	}
 	if c.mix.Intn(5) == 0 {
-		c.closeWhileAcquiring(ctx, sid)
+		c.closeWhileAcquiring(ctx, sid, held)
 		return
 	}
 	c.holdFor(ctx, ttl, boundary, func() bool {
@@ -318,15 +318,24 @@ func (c *Client) closeSession(ctx context.Context, sid string) {
 	}
 }
 
-// closeWhileAcquiring parks an acquire of sid for a lock or permit (one
-// wait of up to 0.8 s, likely behind another holder) and closes the
-// session while it waits: the grant must not outlive the session.
-func (c *Client) closeWhileAcquiring(ctx context.Context, sid string) {
-	sem := len(c.cfg.Semaphores) > 0 && (len(c.cfg.RWLocks) == 0 || c.mix.Intn(2) == 0)
-	h := c.pickHold(sem)
-	if !sem {
-		h.mode = "" // exclusive: it waits behind any holder
+// closeWhileAcquiring parks an acquire of sid (one wait of 0.3-0.8 s) and
+// closes the session while it waits: the grant must not outlive the
+// session. It asks, with a new lease, exclusively for a lock the session
+// itself holds, so it surely parks, behind its own session's hold, which
+// the close then frees: the waiter is served just as its session ends.
+// Without such a lock it asks for a permit of a semaphore the session
+// holds, or anything.
+func (c *Client) closeWhileAcquiring(ctx context.Context, sid string, held []hold) {
+	var h hold
+	for _, x := range held {
+		if !x.sem || h.name == "" {
+			h = x
+		}
 	}
+	if h.name == "" {
+		h = c.pickHold(len(c.cfg.Semaphores) > 0 && (len(c.cfg.RWLocks) == 0 || c.mix.Intn(2) == 0))
+	}
+	h.lease, h.mode = c.leaseID(map[bool]string{true: "p", false: "r"}[h.sem]), ""
 	e, path, body := c.request(h, 0, sid)
 	wait := int64(300 + c.mix.Intn(501))
 	e.WaitMs, body["wait_ms"] = wait, wait
