@@ -85,9 +85,16 @@ func (f *fakeStore) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, err
 func (f *fakeStore) applyLocal(cmd fsm.Command) fsm.Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if cmd.Op == fsm.OpAcquire && cmd.LeaseID == "" {
+	if (cmd.Op == fsm.OpAcquire || cmd.Op == fsm.OpSemAcquire) && cmd.LeaseID == "" {
 		cmd.LeaseID = api.NewLeaseID()
 	}
+	if cmd.Op == fsm.OpSessionCreate && cmd.SessionID == "" {
+		cmd.SessionID = api.NewLeaseID()
+	}
+	if fsm.MinVersion(cmd) > 1 {
+		cmd.Version = fsm.MaxCommandVersion // as a leader whose members all read it
+	}
+	cmd.StampTerm = 1 // the term ApplyCommand is given below: the stamp counts
 	cmd.Stamp = f.nowMs * int64(time.Millisecond)
 	f.index++
 	return f.machine.ApplyCommand(f.index, 1, cmd)

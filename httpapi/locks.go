@@ -147,6 +147,10 @@ func invalidReason(cmd fsm.Command) string {
 		return "lease_id: the lease belongs to a session; renew the session (POST /v1/sessions/renew), not its leases"
 	case fsm.OpSessionCreate:
 		return "session_id: in use by a session of another owner"
+	case fsm.OpAcquire, fsm.OpSemAcquire:
+		// The checks the request passed leave one case: a retry whose terms
+		// differ from those the lease was granted under.
+		return "lease_id: this lease holds it on other terms (with another session_id, or a session against a TTL of its own); retry with the same terms"
 	}
 	return "the state machine refused the command as invalid"
 }
