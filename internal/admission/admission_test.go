@@ -424,3 +424,35 @@ func TestLimitReturnsWithinASecondOfWindows(t *testing.T) {
 		t.Fatalf("limit %d ten windows after the brownout ended (from %d; %d before it), want back at the knee of 64", got, down, before)
 	}
 }
+
+// With more tenants than the limit (each with a share of 1), new work
+// still stops at twice the limit; renews and releases still pass.
+func TestGateBoundsManyTenants(t *testing.T) {
+	g := fixedGate(8)
+	admitted := 0
+	for i := range 100 {
+		if _, shed := g.Admit(fmt.Sprintf("t%d", i), false); shed == nil {
+			admitted++
+		}
+	}
+	if admitted != 16 || g.InFlight() != 16 {
+		t.Fatalf("100 tenants on a limit of 8: %d admitted, %d in flight; want 16 (twice the limit)", admitted, g.InFlight())
+	}
+	if _, shed := g.Admit("t999", true); shed != nil {
+		t.Fatalf("a release of a new tenant shed at the bound for new work: %v", shed)
+	}
+}
+
+// A lone tenant's acquires and releases together may reach twice the
+// limit; a newcomer is still admitted.
+func TestGateReleasesDoNotShutOutANewcomer(t *testing.T) {
+	g := fixedGate(8)
+	for i := range 16 {
+		if _, shed := g.Admit("flood", i >= 8); shed != nil {
+			t.Fatalf("call %d of a lone tenant shed: %v", i, shed)
+		}
+	}
+	if _, shed := g.Admit("calm", false); shed != nil {
+		t.Fatalf("a newcomer shed with the flood's 8 acquires and 8 releases in flight: %v", shed)
+	}
+}

@@ -26,8 +26,9 @@ import (
 // the whole limit for that moment, and the flood would fill it.
 // Priority calls (renews and releases: shedding them loses leases or keeps
 // locks held, which brings more load, not less) may use twice the share.
-// In-flight calls stay under 2L, but for calls admitted under a share that
-// has since shrunk (they are never cut off, only not replaced).
+// Other calls are also shed once 2L of them are in flight in all, which
+// only happens with more active tenants than L (each then has a share of 1):
+// that is the one case where a tenant below its share is shed.
 type Gate struct {
 	limit     *Limit
 	now       func() time.Time
@@ -35,6 +36,7 @@ type Gate struct {
 
 	mu        sync.Mutex
 	inflight  int
+	newWork   int                     // in flight and not priority
 	tenants   map[string]*tenantState // active tenants (see Gate)
 	lastSweep time.Time
 }
@@ -56,6 +58,7 @@ func NewGate(limit *Limit, now func() time.Time) *Gate {
 type Ticket struct {
 	g        *Gate
 	tenant   *tenantState
+	priority bool
 	start    time.Time
 	inflight int
 	done     bool
@@ -91,7 +94,10 @@ func (g *Gate) Admit(tenant string, priority bool) (*Ticket, *Shed) {
 	ts.inflight++
 	ts.last = now
 	g.inflight++
-	return &Ticket{g: g, tenant: ts, start: now, inflight: g.inflight}, nil
+	if !priority {
+		g.newWork++
+	}
+	return &Ticket{g: g, tenant: ts, priority: priority, start: now, inflight: g.inflight}, nil
 }
 
 // Check returns the Shed that Admit would answer a call of tenant with
@@ -118,11 +124,14 @@ func (g *Gate) allows(ts *tenantState, lim int, priority bool) (mine, share int,
 		mine = ts.inflight
 	}
 	share = max(lim/n, 1)
-	capacity := share
 	if priority {
-		capacity = 2 * share
+		return mine, share, mine < 2*share
 	}
-	return mine, share, mine < capacity
+	// With more tenants than the limit every share is 1, and the shares
+	// alone would bound nothing: new work stops at twice the limit. Only
+	// new work counts, so a lone tenant's releases (up to 2L with its L
+	// acquires) cannot shut a newcomer out.
+	return mine, share, mine < share && g.newWork < 2*lim
 }
 
 // sweep forgets tenants idle for ActiveFor, at most every quarter of it, so
@@ -180,6 +189,9 @@ func (t *Ticket) Done(observe bool) {
 	rtt := g.now().Sub(t.start)
 	g.mu.Lock()
 	g.inflight--
+	if !t.priority {
+		g.newWork--
+	}
 	t.tenant.inflight-- // the tenant stays active until swept (ActiveFor)
 	g.mu.Unlock()
 	if observe {
