@@ -34,7 +34,7 @@ func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
 	v := api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: l.Index}
 	lv, leads := m.(store.LeaseView)
 	if leads {
-		v.RemainingMs = remaining(m, lv, l)
+		v.RemainingMs = remaining(lv, l)
 		v.Waiters = lv.Waiters(l.Name)
 	}
 	if l.Mode == fsm.ModeShared {
@@ -43,7 +43,7 @@ func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
 		for _, h := range holders {
 			lh := api.LockHolder{Owner: h.Owner, FencingToken: h.Token, TTLMs: h.TTL}
 			if leads {
-				lh.RemainingMs = remaining(m, lv, h)
+				lh.RemainingMs = remaining(lv, h)
 			}
 			v.Holders = append(v.Holders, lh)
 		}
@@ -52,16 +52,9 @@ func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
 }
 
 // remaining is a lease's time left as the leader projects it (nil when it
-// cannot say). A lease of a session has no deadline of its own: it lives
-// as long as its session.
-func remaining(m store.LockReader, lv store.LeaseView, l fsm.Lock) *int64 {
-	if l.SessionID != "" {
-		s, ok := m.Session(l.SessionID)
-		if !ok {
-			return nil
-		}
-		l.Deadline = s.Deadline
-	}
+// cannot say). A lease of a session has no deadline of its own: the state
+// machine shows it with its session's.
+func remaining(lv store.LeaseView, l fsm.Lock) *int64 {
 	d, ok := lv.Remaining(l)
 	if !ok {
 		return nil

@@ -188,7 +188,7 @@ func (s *Server) getSemaphore(w http.ResponseWriter, r *http.Request) {
 		for _, h := range sem.Holders {
 			sh := api.SemaphoreHolder{Owner: h.Owner, Slot: h.Slot, FencingToken: h.Token, TTLMs: h.TTL}
 			if leads {
-				sh.RemainingMs = remaining(m, lv, h)
+				sh.RemainingMs = remaining(lv, h)
 			}
 			v.Holders = append(v.Holders, sh)
 		}

@@ -141,10 +141,10 @@ func TestSemaphoreBadRequests(t *testing.T) {
 func TestGetSemaphore(t *testing.T) {
 	sec := int64(time.Second)
 	r := &fakeReader{
-		sessions: map[string]fsm.Session{sessA: {ID: sessA, TTL: 20000, Deadline: 30 * sec}},
 		sems: map[string]fsm.Semaphore{"pool/a": {Name: "pool/a", Limit: 3, Index: 21, Holders: []fsm.Lock{
 			{Name: "pool/a", Owner: "w0", LeaseID: leaseA, Token: 15, TTL: 10000, Deadline: 7 * sec, Slot: 0, Limit: 3},
-			{Name: "pool/a", Owner: "w2", LeaseID: leaseB, Token: 21, TTL: 20000, SessionID: sessA, Slot: 2, Limit: 3},
+			// A session's permit: the machine shows the session's TTL and deadline.
+			{Name: "pool/a", Owner: "w2", LeaseID: leaseB, Token: 21, TTL: 20000, Deadline: 30 * sec, SessionID: sessA, Slot: 2, Limit: 3},
 		}}},
 	}
 	// A follower's (or stale) view.

@@ -130,7 +130,7 @@ func sessionView(m store.LockReader, ss fsm.Session) api.SessionInfo {
 	v := api.SessionInfo{SessionID: ss.ID, Owner: ss.Owner, TTLMs: ss.TTL, LockDelayMs: ss.LockDelay, Index: ss.Index,
 		Leases: make([]api.SessionLease, 0, len(ss.Leases))}
 	if lv, ok := m.(store.LeaseView); ok {
-		v.RemainingMs = remaining(m, lv, fsm.Lock{Deadline: ss.Deadline})
+		v.RemainingMs = remaining(lv, fsm.Lock{Deadline: ss.Deadline})
 	}
 	for _, l := range ss.Leases {
 		sl := api.SessionLease{Kind: api.LeaseKindLock, Name: l.Name, FencingToken: l.Token, Mode: modeName(l.Mode)}
