@@ -9,12 +9,16 @@ package main
 //
 // RAFTLOCK_SCALE_LOCKS, _EXPIRIES, _HOLDERS and _RENEW_TTL_MS change the sizes
 // (defaults 1,000,000, 100,000, 10,000 and 10s); RAFTLOCK_SCALE_KEEP=DIR
-// keeps the nodes' data dirs and logs there.
+// keeps the nodes' data dirs and logs there; RAFTLOCK_SCALE_FLAGS adds serve
+// flags (e.g. "--log-store wal"); RAFTLOCK_SCALE_PROFILE=DIR writes the
+// leader's CPU profile around the expiry (BenchmarkScaleExpiry) and its heap
+// profiles (BenchmarkScaleHeldLocks) there.
 
 import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -64,8 +68,10 @@ func startProcCluster(b *testing.B, extra ...string) *procCluster {
 			b.Fatal(err)
 		}
 	}
+	extra = append(extra, strings.Fields(os.Getenv("RAFTLOCK_SCALE_FLAGS"))...)
 	// A node with a million locks may take a while to stop cleanly.
-	pc, err := procs.Start(procs.Options{Bin: bin, Dir: root, Extra: extra, StopTimeout: 30 * time.Second})
+	pc, err := procs.Start(procs.Options{Bin: bin, Dir: root, Extra: extra, StopTimeout: 30 * time.Second,
+		Debug: os.Getenv("RAFTLOCK_SCALE_PROFILE") != ""})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -138,14 +144,48 @@ func waitReady(b *testing.B, n *procs.Node, since time.Time, timeout time.Durati
 	return 0
 }
 
+// saveProfile fetches /debug/pprof/NAME?QUERY from a node started with
+// RAFTLOCK_SCALE_PROFILE set and writes it to that directory as FILE.
+func saveProfile(b *testing.B, n *procs.Node, name, query, file string) {
+	dir := os.Getenv("RAFTLOCK_SCALE_PROFILE")
+	if dir == "" || n.DebugAddr == "" {
+		return
+	}
+	resp, err := http.Get("http://" + n.DebugAddr + "/debug/pprof/" + name + "?" + query)
+	if err != nil {
+		b.Logf("%s profile: %v", name, err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, file), data, 0o644)
+	}
+	if err != nil {
+		b.Logf("%s profile: %v", name, err)
+		return
+	}
+	b.Logf("%s: %s profile in %s", n.ID, name, filepath.Join(dir, file))
+}
+
 // rssMiB is a process's resident set size.
-func rssMiB(n *procs.Node) float64 {
+func rssMiB(n *procs.Node) float64 { return procStatusMiB(n, "VmRSS") }
+
+// rssParts says what a process's RSS is made of: anonymous memory (the Go
+// heap, stacks, runtime) and file pages (the mmapped raft.db that bbolt
+// reads through, which the kernel can drop under pressure).
+func rssParts(n *procs.Node) string {
+	return fmt.Sprintf("RSS %.0f MiB (anonymous %.0f, file %.0f)", rssMiB(n), procStatusMiB(n, "RssAnon"), procStatusMiB(n, "RssFile"))
+}
+
+// procStatusMiB reads one kB field of /proc/PID/status.
+func procStatusMiB(n *procs.Node, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.Pid()))
 	if err != nil {
 		return -1
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			return kb / 1024
 		}
@@ -281,9 +321,10 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	for _, nd := range c.nodes {
 		held, _ := metric(nd, "raftlock_leases_held")
 		heap, _ := metric(nd, "go_memstats_heap_inuse_bytes")
-		b.Logf("%s: RSS %.0f MiB, Go heap in use %.0f MiB, leases held %.0f", nd.ID, rssMiB(nd), heap/(1<<20), held)
+		b.Logf("%s: %s, Go heap in use %.0f MiB, leases held %.0f", nd.ID, rssParts(nd), heap/(1<<20), held)
 		b.ReportMetric(rssMiB(nd), nd.ID+"-rss-MiB")
 	}
+	saveProfile(b, c.leader(10*time.Second), "heap", "gc=1", "held-leader.heap.pprof")
 
 	// Restart a follower: it replays the whole log (no snapshot yet).
 	ld := c.leader(10 * time.Second)
@@ -295,8 +336,9 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	start := time.Now()
 	c.start(f)
 	replay := waitReady(b, f, start, 10*time.Minute)
-	b.Logf("%s restart with %d log entries, no snapshot: ready after %s, RSS %.0f MiB", f.ID, n, replay.Round(time.Millisecond), rssMiB(f))
+	b.Logf("%s restart with %d log entries, no snapshot: ready after %s, %s", f.ID, n, replay.Round(time.Millisecond), rssParts(f))
 	b.ReportMetric(replay.Seconds(), "restart-replay-s")
+	saveProfile(b, f, "heap", "gc=1", "held-replayed.heap.pprof")
 
 	// Snapshot on every node: restart each with a low threshold.
 	for _, nd := range c.nodes {
@@ -318,7 +360,7 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 		if len(snaps) == 0 {
 			b.Fatalf("%s took no snapshot", nd.ID)
 		}
-		b.Logf("%s: snapshot of %d locks: %d taken, first %s (sort+write+compact), %.1f MiB on disk; RSS %.0f MiB", nd.ID, n, len(snaps), snaps[0].Round(time.Millisecond), float64(snapshotBytes(nd))/(1<<20), rssMiB(nd))
+		b.Logf("%s: snapshot of %d locks: %d taken, first %s (sort+write+compact), %.1f MiB on disk; %s", nd.ID, n, len(snaps), snaps[0].Round(time.Millisecond), float64(snapshotBytes(nd))/(1<<20), rssParts(nd))
 		if nd == c.nodes[0] {
 			b.ReportMetric(snaps[0].Seconds(), "snapshot-s")
 			b.ReportMetric(float64(snapshotBytes(nd))/(1<<20), "snapshot-MiB")
@@ -333,10 +375,13 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	start = time.Now()
 	c.start(f)
 	fromSnap := waitReady(b, f, start, 10*time.Minute)
-	b.Logf("%s restart from snapshot: ready after %s, RSS %.0f MiB", f.ID, fromSnap.Round(time.Millisecond), rssMiB(f))
+	b.Logf("%s restart from snapshot: ready after %s, %s", f.ID, fromSnap.Round(time.Millisecond), rssParts(f))
 	b.ReportMetric(fromSnap.Seconds(), "restart-snapshot-s")
+	saveProfile(b, f, "heap", "gc=1", "held-restored.heap.pprof")
 	for _, nd := range c.nodes {
-		b.Logf("%s: RSS %.0f MiB after restarts", nd.ID, rssMiB(nd))
+		heap, _ := metric(nd, "go_memstats_heap_inuse_bytes")
+		b.Logf("%s: %s after restarts, Go heap in use %.0f MiB", nd.ID, rssParts(nd), heap/(1<<20))
+		b.ReportMetric(rssMiB(nd), nd.ID+"-rss-after-restarts-MiB")
 	}
 }
 
@@ -370,6 +415,16 @@ func BenchmarkScaleExpiry(b *testing.B) {
 	var mu sync.Mutex
 	var samples []sample
 	sleepCtx(context.Background(), time.Until(at.Add(-5*time.Second)))
+	cpu0 := make([]float64, len(c.nodes))
+	for i, nd := range c.nodes {
+		cpu0[i] = cpuSeconds(nd)
+	}
+	profiled := make(chan struct{})
+	go func() {
+		defer close(profiled)
+		sleepCtx(context.Background(), time.Until(at.Add(-time.Second)))
+		saveProfile(b, ld, "profile", "seconds=3", "expiry-leader.cpu.pprof")
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for w := range bgWorkers {
@@ -417,6 +472,10 @@ func BenchmarkScaleExpiry(b *testing.B) {
 	sleepCtx(context.Background(), time.Until(at.Add(5*time.Second)))
 	cancel()
 	wg.Wait()
+	<-profiled
+	for i, nd := range c.nodes {
+		b.Logf("%s: %.2f CPU-s in the 10 s around the expiry", nd.ID, cpuSeconds(nd)-cpu0[i])
+	}
 	var before, during []time.Duration
 	for _, s := range samples {
 		if s.at.Before(at.Add(-100 * time.Millisecond)) {
