@@ -136,6 +136,42 @@ func TestSeededBugEarlyExpiry(t *testing.T) { seededBug(t, "early-expiry", "a", 
 // is later found held by a lease its client released.
 func TestSeededBugPhantomRelease(t *testing.T) { seededBug(t, "phantom-release", "e") }
 
+// session-early-expiry: sessions (and every lock and permit held in them)
+// expire after a quarter of their TTL. Others get a session's locks and
+// permits while it must still hold: (a), (i) or (j).
+func TestSeededBugSessionEarlyExpiry(t *testing.T) {
+	code, report := seededHolds(t, "session-early-expiry")
+	if code != 1 {
+		t.Fatalf("exit status %d, want 1\n%s", code, report)
+	}
+	if !strings.Contains(verdict(report, "a")+verdict(report, "i")+verdict(report, "j"), "FAIL") {
+		t.Errorf("none of (a), (i), (j) reported as failing\n%s", report)
+	}
+}
+
+// semaphore-over-limit: the server is asked for limit+1 permits and the
+// client told limit: limit+1 permits are valid at once, (i).
+func TestSeededBugSemaphoreOverLimit(t *testing.T) {
+	code, report := seededHolds(t, "semaphore-over-limit")
+	if code != 1 || !strings.Contains(verdict(report, "i"), "FAIL") {
+		t.Fatalf("exit status %d, want 1 with (i) failing\n%s", code, report)
+	}
+}
+
+// seededHolds runs the issue-15 cycles alone (--mix 1) against a relay
+// seeded with bug.
+func seededHolds(t *testing.T, bug string) (int, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end run of about 30 s")
+	}
+	build(t)
+	code, report := runChecker(t, bins.seeded, []string{"RAFTLOCK_SEEDED_BUG=" + bug},
+		"--duration", "20s", "--seed", "4242", "--mix", "1", "--faults", "holder-pause")
+	t.Logf("verdicts:\n%s\n%s\n%s\n%s", verdict(report, "a"), verdict(report, "h"), verdict(report, "i"), verdict(report, "j"))
+	return code, report
+}
+
 // waiter-timeout-release (issue 12, in the server itself): a parked acquire
 // whose wait runs out while its grant is in flight is answered with that
 // grant, which the server has just released. The workload's boundary cycles

@@ -11,7 +11,7 @@ import (
 )
 
 // SeededBugs lists the bugs a test build can seed, by name.
-var SeededBugs = []string{"grant-over-holder", "early-expiry", "phantom-release"}
+var SeededBugs = []string{"grant-over-holder", "early-expiry", "phantom-release", "session-early-expiry", "semaphore-over-limit"}
 
 // ServerBugs are seeded into the raftlock server itself, built with the same
 // tag: the checker starts no relay and hands the name to the nodes in
@@ -32,6 +32,10 @@ func Lookup(name string) (Bug, error) {
 		return earlyExpiry{}, nil
 	case "phantom-release":
 		return phantomRelease{}, nil
+	case "session-early-expiry":
+		return sessionEarlyExpiry{}, nil
+	case "semaphore-over-limit":
+		return semaphoreOverLimit{}, nil
 	}
 	return nil, fmt.Errorf("unknown seeded bug %q (have %v)", name, SeededBugs)
 }
@@ -119,4 +123,52 @@ func (phantomRelease) Handle(x Exchange, fwd func(Exchange) (Answer, error)) (An
 		}
 	}
 	return fwd(x)
+}
+
+// sessionEarlyExpiry makes every session expire after a quarter of its TTL
+// (the server is asked for ttl/4, the client believes it got ttl), and with
+// it every lock and permit held in it: others get them while the session
+// must still hold.
+type sessionEarlyExpiry struct{}
+
+func (sessionEarlyExpiry) Handle(x Exchange, fwd func(Exchange) (Answer, error)) (Answer, error) {
+	if x.Path == "/v1/sessions" || x.Path == "/v1/sessions/renew" {
+		var m map[string]any
+		if json.Unmarshal(x.Body, &m) == nil {
+			if ttl, ok := m["ttl_ms"].(float64); ok {
+				m["ttl_ms"] = max(500, int64(ttl)/4)
+				x.Body, _ = json.Marshal(m)
+			}
+		}
+	}
+	return fwd(x)
+}
+
+// semaphoreOverLimit grants one permit too many: it asks the server for
+// limit+1 and answers with the limit the client asked, so up to limit+1
+// permits are valid at once, each believing the limit holds.
+type semaphoreOverLimit struct{}
+
+func (semaphoreOverLimit) Handle(x Exchange, fwd func(Exchange) (Answer, error)) (Answer, error) {
+	if x.Path != "/v1/semaphores/acquire" && x.Path != "/v1/semaphores/renew" {
+		return fwd(x)
+	}
+	var m map[string]any
+	if json.Unmarshal(x.Body, &m) == nil {
+		if limit, ok := m["limit"].(float64); ok {
+			m["limit"] = int64(limit) + 1
+			x.Body, _ = json.Marshal(m)
+		}
+	}
+	a, err := fwd(x)
+	if err == nil && (a.Status == http.StatusOK || a.Status == http.StatusConflict) {
+		var body map[string]any
+		if json.Unmarshal(a.Body, &body) == nil {
+			if limit, ok := body["limit"].(float64); ok {
+				body["limit"] = int64(limit) - 1
+				a.Body, _ = json.Marshal(body)
+			}
+		}
+	}
+	return a, err
 }
