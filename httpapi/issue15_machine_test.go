@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/fsm"
 )
 
 // These tests run the new endpoints against the real state machine behind
@@ -170,4 +171,27 @@ func TestMachineSemaphore(t *testing.T) {
 	}
 	// A lock of the same name is another thing.
 	mustAcquire(t, s, `{"name":"pool","ttl_ms":1000}`)
+}
+
+// BenchmarkSessionRead reads a full session (MaxLeasesPerSession leases)
+// through the handler: the cost of GET /v1/sessions/{id} at its largest.
+func BenchmarkSessionRead(b *testing.B) {
+	f := newLeader("n1")
+	s := newServer(f)
+	t := &testing.T{}
+	var sess api.Session
+	post(t, s, "/v1/sessions", `{"owner":"bench","ttl_ms":600000}`, &sess)
+	for i := range api.MaxLeasesPerSession {
+		res := f.applyLocal(fsm.Command{Op: fsm.OpAcquire, Name: fmt.Sprintf("bench/%04d", i), SessionID: sess.SessionID})
+		if res.Status != fsm.StatusOK {
+			b.Fatalf("acquire %d: %v", i, res.Status)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		rec := do(t, s, http.MethodGet, "/v1/sessions/"+sess.SessionID, "")
+		if rec.Code != http.StatusOK {
+			b.Fatalf("read: %d", rec.Code)
+		}
+	}
 }
