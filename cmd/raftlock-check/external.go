@@ -34,6 +34,7 @@ type extConfig struct {
 	timeout   time.Duration
 	interval  time.Duration
 	prefix    string
+	mix       float64 // share of issue-15 cycles (sessions, semaphores, shared locks)
 }
 
 const workloadUsage = `Usage: raftlock-check workload --endpoints URL,URL,... [flags]
@@ -79,6 +80,7 @@ func parseWorkload(args []string, stderr io.Writer) (extConfig, error) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "per-request timeout")
 	fs.DurationVar(&c.interval, "sample", 50*time.Millisecond, "how often /v1/cluster is sampled on each endpoint")
 	fs.StringVar(&c.prefix, "lock-prefix", "", "lock name prefix (default: chaos/<seed>/, so runs never meet each other's locks)")
+	fs.Float64Var(&c.mix, "mix", 0, "share of cycles that use sessions, semaphore permits and shared locks (PREFIXrw/N, PREFIXsem/N), checked by (h), (i), (j)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -165,9 +167,12 @@ func runExternal(ctx context.Context, cfg extConfig, logw io.Writer) (*extSummar
 		return nil, err
 	}
 	defer reg.Close()
-	var locks []string
+	var locks, rwLocks []string
+	sems := map[string]int64{}
 	for i := 0; i < cfg.locks; i++ {
 		locks = append(locks, fmt.Sprintf("%sjobs/%d", cfg.prefix, i))
+		rwLocks = append(rwLocks, fmt.Sprintf("%srw/%d", cfg.prefix, i))
+		sems[fmt.Sprintf("%ssem/%d", cfg.prefix, i)] = int64(2 + i%2)
 	}
 	var journals []*history.Journal
 	defer func() {
@@ -185,6 +190,7 @@ func runExternal(ctx context.Context, cfg extConfig, logw io.Writer) (*extSummar
 		clients = append(clients, workload.New(workload.Config{
 			ID: id, Nodes: cfg.endpoints, Register: regURL, Locks: locks, Renew: id%2 == 0,
 			Seed: cfg.seed*100 + int64(id), Timeout: cfg.timeout, Journal: j,
+			Mix: cfg.mix, RWLocks: rwLocks, Semaphores: sems,
 		}))
 	}
 	fmt.Fprintf(logw, "raftlock-check workload: seed %d, %d clients, %d locks under %q, endpoints %s, dir %s\n",

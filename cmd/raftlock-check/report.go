@@ -65,10 +65,8 @@ func (r *runner) check() error {
 		opsA, opsE = model.ClientClocks(ops, r.clientRates, 0), model.ClientClocks(ops, r.clientRates, r.cfg.drift)
 	}
 	dviol := append(append([]model.Violation(nil), r.finalErrs...), model.FinalState(r.nodes, r.epilogue, ops)...)
-	exclusion := model.MutualExclusion(opsA, r.cfg.drift)
-	kept := model.HoldsKept(opsE)
 	rep.props = []property{
-		{id: "a", name: "mutual exclusion of valid leases", violations: only(exclusion, "a")},
+		{id: "a", name: "mutual exclusion of valid leases", violations: only(model.MutualExclusion(opsA, r.cfg.drift), "a")},
 		{id: "b", name: "fencing tokens increase; retries keep them", violations: model.Tokens(opsE)},
 		{id: "c", name: "fenced register safe, unfenced loses writes", violations: rep.regs.Violations},
 		{id: "d", name: "acknowledged ops in every node's final state", violations: dviol},
@@ -96,7 +94,7 @@ func (r *runner) check() error {
 	rep.props = append(rep.props, e,
 		property{id: "f", name: "lock indexes never go backwards (reads)", violations: model.IndexOrder(ops)},
 		stateVerdict(r.stateCk))
-	rep.props = append(rep.props, holdProps(r, ops, exclusion, kept, opsA, opsE)...)
+	rep.props = append(rep.props, holdProps(ops, opsA, opsE, r.cfg.drift, r.holdErrs, r.holdNote)...)
 	for _, f := range r.faults {
 		if f.Kind != faults.LeaderKill || f.Err != "" {
 			continue

@@ -22,16 +22,19 @@ func only(vs []model.Violation, id string) []model.Violation {
 }
 
 // holdProps are the verdicts of issue 15's properties: (h) sessions, (i)
-// semaphores, (j) shared locks. Each is NOT CHECKED when the run had none
-// of its operations (--mix 0, or a server without them).
-func holdProps(r *runner, ops []history.Op, exclusion, kept []model.Violation, opsA, opsE []history.Op) []property {
+// semaphores, (j) shared locks, on ops rewritten for (a) (opsA, judged with
+// drift) and for (b)/(e) (opsE); extra holds the closing checks' findings.
+// Each is NOT CHECKED when the run had none of its operations (--mix 0, or
+// a server without them).
+func holdProps(ops, opsA, opsE []history.Op, drift float64, extra []model.Violation, note string) []property {
 	c := countHolds(ops)
+	kept := model.HoldsKept(opsE)
 	h := property{id: "h", name: "sessions: end once, and their holds with them",
-		violations: concat(model.Sessions(opsE), only(kept, "h"), only(r.holdErrs, "h"))}
+		violations: concat(model.Sessions(opsE), only(kept, "h"), only(extra, "h"))}
 	i := property{id: "i", name: "semaphores: <= limit permits; slot tokens rise",
-		violations: concat(model.Permits(opsA, r.cfg.drift), model.PermitTokens(opsE), only(kept, "i"), only(r.holdErrs, "i"))}
+		violations: concat(model.Permits(opsA, drift), model.PermitTokens(opsE), only(kept, "i"), only(extra, "i"))}
 	j := property{id: "j", name: "shared locks: an exclusive hold excludes all",
-		violations: only(exclusion, "j")}
+		violations: only(model.MutualExclusion(opsA, drift), "j")}
 	for _, p := range []struct {
 		prop *property
 		n    int
@@ -41,9 +44,9 @@ func holdProps(r *runner, ops []history.Op, exclusion, kept []model.Violation, o
 			p.prop.notChecked, p.prop.note = true, p.what
 		}
 	}
-	if r.holdNote != "" {
-		h.note = strings.TrimPrefix(h.note+"; "+r.holdNote, "; ")
-		i.note = strings.TrimPrefix(i.note+"; "+r.holdNote, "; ")
+	if note != "" {
+		h.note = strings.TrimPrefix(h.note+"; "+note, "; ")
+		i.note = strings.TrimPrefix(i.note+"; "+note, "; ")
 	}
 	return []property{h, i, j}
 }
@@ -128,7 +131,7 @@ func printHoldFigures(w io.Writer, ops []history.Op, drift float64) {
 	}
 	fmt.Fprintf(w, "shared acquires: %s; exclusive acquires of rw locks: %s\n",
 		byOut(history.Acquire, func(o history.Op) bool { return o.Mode == history.Shared }),
-		byOut(history.Acquire, func(o history.Op) bool { return o.Mode == "" && strings.HasPrefix(o.Name, "rw/") }))
+		byOut(history.Acquire, func(o history.Op) bool { return o.Mode == "" && strings.Contains(o.Name, "rw/") }))
 	// The most holds valid at once shows whether the limits were reached.
 	most := map[string]int{}
 	for _, group := range [][]model.Interval{holdsBy(ops, drift, true), holdsBy(ops, drift, false)} {
