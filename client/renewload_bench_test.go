@@ -1,0 +1,197 @@
+package client
+
+// The renew load of many locks held through sessions versus as separate
+// leases, on real `raftlock serve` processes on loopback. A benchmark only so
+// that `go test` never runs it by accident; it runs once and takes minutes:
+//
+//	go build -o /tmp/raftlock ./cmd/raftlock
+//	RAFTLOCK_BIN=/tmp/raftlock go test -run=NONE -bench=RenewLoad -benchtime=1x -timeout=30m -v ./client/
+//
+// RAFTLOCK_RENEW_LOCKS (default 10,000), RAFTLOCK_RENEW_SESSIONS (10) and
+// RAFTLOCK_RENEW_TTL_MS (10,000) change the sizes.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
+)
+
+func renewEnv(b *testing.B, key string, def int) int {
+	if v := os.Getenv(key); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("%s=%q: %v", key, v, err)
+		}
+		return n
+	}
+	return def
+}
+
+// procCPUSeconds is a process's user+system CPU time so far.
+func procCPUSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// renewLoad holds the locks with hold, lets the watchdogs reach their steady
+// state, then measures the leader's log entries and CPU for a window.
+func renewLoad(b *testing.B, hold func(ctx context.Context, c *Client, names []string) (lost func() int, release func())) {
+	bin := os.Getenv("RAFTLOCK_BIN")
+	if bin == "" {
+		b.Skip("RAFTLOCK_BIN: the raftlock binary to run (go build -o /tmp/raftlock ./cmd/raftlock)")
+	}
+	n := renewEnv(b, "RAFTLOCK_RENEW_LOCKS", 10_000)
+	ttl := time.Duration(renewEnv(b, "RAFTLOCK_RENEW_TTL_MS", 10_000)) * time.Millisecond
+	pc, err := procs.Start(procs.Options{Bin: bin, Dir: b.TempDir(), StopTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Terminate()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	leader, err := pc.WaitLeader(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var eps []string
+	for _, nd := range pc.Nodes {
+		eps = append(eps, nd.URL())
+	}
+	c, err := New(eps, WithRequestTimeout(5*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("load/%05d", i)
+	}
+	start := time.Now()
+	lost, release := hold(ctx, c, names)
+	b.Logf("%d locks held in %s", n, time.Since(start).Round(time.Millisecond))
+	// Renewals start TTL/3 after each grant: past one TTL they are steady.
+	time.Sleep(ttl)
+	const window = 30 * time.Second
+	info0, err := pc.Info(ctx, leader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu0, t0 := procCPUSeconds(leader.Pid()), time.Now()
+	time.Sleep(window)
+	info1, err := pc.Info(ctx, leader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(t0)
+	cpu := (procCPUSeconds(leader.Pid()) - cpu0) / el.Seconds()
+	entries := float64(info1.CommitIndex-info0.CommitIndex) / el.Seconds()
+	load, _ := os.ReadFile("/proc/loadavg")
+	b.Logf("%d locks, TTL %s, over %s: %.1f log entries/s, leader CPU %.1f%% of one core, %d locks lost; loadavg %s",
+		n, ttl, window, entries, 100*cpu, lost(), strings.TrimSpace(string(load)))
+	b.ReportMetric(entries, "entries/s")
+	b.ReportMetric(100*cpu, "leader-cpu-%")
+	b.ReportMetric(float64(lost()), "lost")
+	release()
+}
+
+// acquireAll runs acquire for every name, 64 at a time.
+func acquireAll(b *testing.B, names []string, acquire func(i int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(names); i = int(next.Add(1) - 1) {
+				if err := acquire(i); err != nil {
+					if failed.Add(1) == 1 {
+						b.Logf("acquire %s: %v", names[i], err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		b.Fatalf("%d acquires failed", f)
+	}
+}
+
+// BenchmarkRenewLoad/leases: every lock is a lease with its own watchdog.
+// BenchmarkRenewLoad/sessions: the locks are spread over a few sessions,
+// and only the sessions are renewed.
+func BenchmarkRenewLoad(b *testing.B) {
+	ttl := time.Duration(renewEnv(b, "RAFTLOCK_RENEW_TTL_MS", 10_000)) * time.Millisecond
+	b.Run("leases", func(b *testing.B) {
+		renewLoad(b, func(ctx context.Context, c *Client, names []string) (func() int, func()) {
+			leases := make([]*Lease, len(names))
+			acquireAll(b, names, func(i int) (err error) {
+				leases[i], err = c.TryAcquire(ctx, names[i], AcquireOptions{TTL: ttl, Owner: "load"})
+				return err
+			})
+			lost := func() int {
+				k := 0
+				for _, l := range leases {
+					if isClosed(l.Lost()) {
+						k++
+					}
+				}
+				return k
+			}
+			return lost, func() {
+				for _, l := range leases {
+					l.Detach()
+				}
+			}
+		})
+	})
+	b.Run("sessions", func(b *testing.B) {
+		k := renewEnv(b, "RAFTLOCK_RENEW_SESSIONS", 10)
+		renewLoad(b, func(ctx context.Context, c *Client, names []string) (func() int, func()) {
+			sessions := make([]*Session, k)
+			for i := range sessions {
+				var err error
+				if sessions[i], err = NewSession(ctx, c, SessionOptions{TTL: ttl, Owner: fmt.Sprintf("load-%d", i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			leases := make([]*Lease, len(names))
+			acquireAll(b, names, func(i int) (err error) {
+				leases[i], err = sessions[i%k].TryAcquire(ctx, names[i], AcquireOptions{})
+				return err
+			})
+			lost := func() int {
+				n := 0
+				for _, l := range leases {
+					if isClosed(l.Lost()) {
+						n++
+					}
+				}
+				return n
+			}
+			return lost, func() {
+				for _, s := range sessions {
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					s.Close(cctx)
+					cancel()
+				}
+			}
+		})
+	})
+}
