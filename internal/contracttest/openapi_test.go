@@ -240,6 +240,33 @@ func TestOpenAPIDetectsDrift(t *testing.T) {
 	t.Logf("refused as it should be: %s", rec.errs[0])
 }
 
+// TestOpenAPIDetectsPermitDrift does the same for a semaphore permit: with
+// its slot renamed in the spec, an acquire's answer must be refused.
+func TestOpenAPIDetectsPermitDrift(t *testing.T) {
+	if fsm.MinVersion(fsm.Command{Op: fsm.OpSemAcquire}) > fsm.MaxCommandVersion {
+		t.Skip("this build's leader does not write command format 5 yet")
+	}
+	spec := readSpec(t)
+	old := "required: [name, owner, lease_id, slot, fencing_token, limit, ttl_ms]"
+	broken := bytes.Replace(spec, []byte(old), []byte("required: [name, owner, lease_id, permit_slot, fencing_token, limit, ttl_ms]"), 1)
+	if bytes.Equal(broken, spec) {
+		t.Fatalf("%q is no longer in the spec; update this test", old)
+	}
+	cl := clustertest.Start(t, 1)
+	c := newChecker(t, broken, cl)
+	rec := &recorder{TB: t}
+	c.t = rec
+	clustertest.WaitFor(t, 15*time.Second, "a semaphore acquire (command format 5)", func() bool {
+		st, b := c.do(call{method: "POST", url: cl.Nodes[0].URL() + "/v1/semaphores/acquire", body: `{"name":"drift","limit":1,"ttl_ms":10000,"lease_id":"drift-permit-000000"}`})
+		c.want(st, b, 200, 503)
+		return st == 200
+	})
+	if len(rec.errs) == 0 || !strings.Contains(rec.errs[len(rec.errs)-1], "permit_slot") {
+		t.Fatalf("a permit answer passed a spec that requires permit_slot: the check cannot catch drift (%q)", rec.errs)
+	}
+	t.Logf("refused as it should be: %s", rec.errs[len(rec.errs)-1])
+}
+
 // recorder keeps Errorf calls instead of failing the test; Fatalf still fails.
 type recorder struct {
 	testing.TB
