@@ -15,6 +15,13 @@
 // run under that context and pass Token, the fencing token, to the storage it
 // writes. WithLock does all of that for the common case.
 //
+// A Session (NewSession) ties many leases to one watchdog: leases taken
+// with Session.Acquire have none of their own, and are lost or released
+// together with the session. AcquireOptions.Shared takes a lock in shared
+// mode. AcquireSemaphore and TrySemaphore take a *Permit, one of a
+// semaphore's limit slots, whose token rises per slot: fence it per
+// (semaphore, slot) with client/fence's AdvancePermit.
+//
 // The client chooses each lease's id itself, so an acquire resent after a
 // timeout or a leader change is idempotent: it gets the same lease and token
 // rather than locking its own caller out.
