@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
@@ -54,6 +53,7 @@ type admitter struct {
 	waiters *admission.Waiters
 	labels  *admission.Labeler
 	results *prometheus.CounterVec
+	now     func() time.Time
 
 	shedSince atomic.Int64 // sheds since the last log line
 	lastLog   atomic.Int64 // unix nanoseconds of the last log line
@@ -70,7 +70,12 @@ func newAdmitter(cfg Admission, reg prometheus.Registerer) *admitter {
 		cfg.MaxWaiters = DefaultMaxWaiters
 	}
 	lim := admission.NewLimit(cfg.Limit)
+	now := cfg.Limit.Now
+	if now == nil {
+		now = time.Now
+	}
 	a := &admitter{
+		now:     now,
 		gate:    admission.NewGate(lim, cfg.Limit.Now),
 		limit:   lim,
 		waiters: admission.NewWaiters(cfg.MaxWaiters),
@@ -90,13 +95,13 @@ func newAdmitter(cfg Admission, reg prometheus.Registerer) *admitter {
 func (a *admitter) shed(log hclog.Logger, tenant, result string) {
 	a.results.WithLabelValues(a.labels.Label(tenant), result).Inc()
 	n := a.shedSince.Add(1)
-	now := time.Now().UnixNano()
+	now := a.now().UnixNano()
 	last := a.lastLog.Load()
 	if now-last < int64(shedLogEvery) || !a.lastLog.CompareAndSwap(last, now) {
 		return
 	}
 	a.shedSince.Add(-n)
-	log.Warn("admission: shedding writes with 429", "shed", n, "every", shedLogEvery, "limit", a.limit.Current(), "in_flight", a.gate.InFlight(), "waiters", a.waiters.Total(), "tenant", tenant)
+	log.Warn("admission: shedding writes with 429", "shed_since_last_line", n, "limit", a.limit.Current(), "in_flight", a.gate.InFlight(), "waiters", a.waiters.Total(), "tenant", tenant)
 }
 
 type tenantKey struct{}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/raftlock/raftlock/fsm"
@@ -486,4 +488,27 @@ func BenchmarkAdmissionShed(b *testing.B) {
 	b.StopTimer()
 	close(st.release)
 	<-held
+}
+
+// Under a flood the admission log is one line per shedLogEvery, with the
+// count of what it did not log.
+func TestAdmissionShedLogIsRateLimited(t *testing.T) {
+	c := &struct{ t time.Time }{time.Unix(1_000_000, 0)}
+	adm := fixedLimit(1)
+	adm.Limit.Now = func() time.Time { return c.t }
+	s, _ := admissionServer(newLeader("n1"), adm, nil)
+	var out bytes.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Warn})
+	for range 100 {
+		s.admission.shed(log, "flood", "shed")
+	}
+	if n := strings.Count(out.String(), "\n"); n != 1 {
+		t.Fatalf("100 sheds logged %d lines, want 1:\n%s", n, out.String())
+	}
+	c.t = c.t.Add(shedLogEvery)
+	s.admission.shed(log, "flood", "shed")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "shed_since_last_line=100") {
+		t.Fatalf("after %v, log %q; want a second line counting the 100 sheds since the first", shedLogEvery, lines)
+	}
 }
