@@ -280,6 +280,10 @@ func TestClusterSharedLock(t *testing.T) {
 	if !r1.Shared() || !r2.Shared() || r2.Token() <= r1.Token() {
 		t.Fatalf("readers: tokens %d, %d", r1.Token(), r2.Token())
 	}
+	info, err := c.Get(ctx, "schema", false)
+	if err != nil || !info.Shared || len(info.Holders) != 2 || info.Owner != "r1" || info.Token != r1.Token() || info.Holders[1].Token != r2.Token() {
+		t.Fatalf("Get of the shared lock = %+v, %v", info, err)
+	}
 	_, err = c.TryAcquire(ctx, "schema", AcquireOptions{TTL: 5 * time.Second})
 	var held *HeldError
 	if !errors.As(err, &held) || len(held.Holders) != 2 {
@@ -308,7 +312,7 @@ func TestClusterSharedLock(t *testing.T) {
 	}
 	// The release's entry would have granted the writer: a read after it
 	// shows whether it did.
-	if info, err := c.Get(ctx, "schema", false); err != nil || info.Owner != "r2" || info.Token != r2.Token() {
+	if info, err := c.Get(ctx, "schema", false); err != nil || info.Owner != "r2" || info.Token != r2.Token() || len(info.Holders) != 1 {
 		t.Fatalf("after r1 left: %+v, %v; want r2 alone holding", info, err)
 	}
 	if err := r2.Release(ctx); err != nil {

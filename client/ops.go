@@ -21,12 +21,22 @@ type LockInfo struct {
 	TTL   time.Duration
 	Value string // what the holder published
 	Index uint64 // Raft index of the lock's last change (see Observe)
+	// Shared: the lock is held in shared mode; Owner, Token and TTL are
+	// then the lowest-token holder's, and Holders lists every holder by
+	// token. Holders is nil for a lock held exclusive.
+	Shared  bool
+	Holders []Holder
 }
 
 // lockInfo is a lock of a read's answer (api.Lock, or api.FreeLock decoded
 // into it) as a LockInfo.
 func lockInfo(j *api.Lock) LockInfo {
-	return LockInfo{Name: j.Name, Held: j.Held, Owner: j.Owner, Token: j.FencingToken, TTL: time.Duration(j.TTLMs) * time.Millisecond, Value: j.Value, Index: j.Index}
+	info := LockInfo{Name: j.Name, Held: j.Held, Owner: j.Owner, Token: j.FencingToken, TTL: time.Duration(j.TTLMs) * time.Millisecond, Value: j.Value, Index: j.Index,
+		Shared: j.Mode == api.ModeShared}
+	for _, h := range j.Holders {
+		info.Holders = append(info.Holders, Holder{Owner: h.Owner, Token: h.FencingToken, TTL: msDuration(h.TTLMs), Remaining: remaining(h.RemainingMs)})
+	}
+	return info
 }
 
 // LockList is the answer of List.
