@@ -117,7 +117,7 @@ func (rep *report) print(r *runner) {
 	w := r.out
 	fmt.Fprintf(w, "\n==== raftlock-check report (seed %d, duration %v)\n", r.cfg.seed, r.cfg.duration)
 	kinds := []string{history.Acquire, history.Renew, history.Update, history.Release, history.Read, history.FRead, history.FWrite, history.URead, history.UWrite,
-		history.SessCreate, history.SessRenew, history.SessClose, history.SemAcquire, history.SemRenew, history.SemRelease}
+		history.SessCreate, history.SessRenew, history.SessClose, history.SemAcquire, history.SemRenew, history.SemRelease, history.SemRead}
 	counts := map[string]map[string]int{}
 	for _, o := range rep.ops {
 		if counts[o.Kind] == nil {

@@ -32,7 +32,7 @@ func holdProps(ops, opsA, opsE []history.Op, drift float64, extra []model.Violat
 	h := property{id: "h", name: "sessions: end once, and their holds with them",
 		violations: concat(model.Sessions(opsE), only(kept, "h"), only(extra, "h"))}
 	i := property{id: "i", name: "semaphores: <= limit permits; slot tokens rise",
-		violations: concat(model.Permits(opsA, drift), model.PermitTokens(opsE), only(kept, "i"), only(extra, "i"))}
+		violations: concat(model.Permits(opsA, drift), model.PermitTokens(opsE), model.SemaphoreReads(ops), only(kept, "i"), only(extra, "i"))}
 	j := property{id: "j", name: "shared locks: an exclusive hold excludes all",
 		violations: only(model.MutualExclusion(opsA, drift), "j")}
 	for _, p := range []struct {

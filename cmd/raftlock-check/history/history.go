@@ -50,6 +50,7 @@ const (
 	SemAcquire = "sem-acquire"
 	SemRenew   = "sem-renew"
 	SemRelease = "sem-release"
+	SemRead    = "sem-read" // linearizable GET of a semaphore: Limit, Slots and Tokens of its holders
 )
 
 // Shared is the Mode of a shared lock acquire; "" is exclusive.
@@ -100,6 +101,9 @@ type Entry struct {
 	Mode    string `json:"mode,omitempty"`  // call: lock acquire mode ("shared" or "")
 	Limit   int64  `json:"limit,omitempty"` // call: semaphore limit asked; ret: limit answered
 	Slot    int    `json:"slot,omitempty"`  // ret: semaphore slot answered
+	// Slots and Tokens: ret of a semaphore read, its holders in the order answered.
+	Slots  []int    `json:"slots,omitempty"`
+	Tokens []uint64 `json:"tokens,omitempty"`
 	// RetryAfter is an unknown outcome's Retry-After in seconds; not journalled.
 	RetryAfter int `json:"-"`
 }
@@ -165,6 +169,8 @@ type Op struct {
 	Limit    int64
 	GotLimit int64
 	Slot     int
+	Slots    []int // semaphore read: the holders' slots and tokens
+	Tokens   []uint64
 }
 
 // Definite reports whether the op's outcome is known.
@@ -249,7 +255,7 @@ func Pair(entries []Entry) []Op {
 			if r.Token != 0 {
 				o.Token = r.Token
 			}
-			o.GotLimit, o.Slot = r.Limit, r.Slot
+			o.GotLimit, o.Slot, o.Slots, o.Tokens = r.Limit, r.Slot, r.Slots, r.Tokens
 			if o.Session == "" {
 				o.Session = r.Session
 			}

@@ -326,3 +326,25 @@ func TestLinearizableLeavesOutWhatItCannotModel(t *testing.T) {
 		t.Fatalf("partitions %+v, want only L", res)
 	}
 }
+
+func TestSemaphoreReads(t *testing.T) {
+	read := func(limit int64, slots []int, tokens []uint64) history.Op {
+		return history.Op{ID: "r", Kind: history.SemRead, Name: "S", Outcome: history.OK, GotLimit: limit, Slots: slots, Tokens: tokens}
+	}
+	for _, clean := range []history.Op{read(2, []int{0, 1}, []uint64{5, 7}), read(0, nil, nil), read(3, []int{2}, []uint64{9})} {
+		if vs := SemaphoreReads([]history.Op{clean}); len(vs) != 0 {
+			t.Errorf("clean %v: %v", clean.Slots, vs)
+		}
+	}
+	for name, bad := range map[string]history.Op{
+		"limit+1 holders":   read(2, []int{0, 1, 1}, []uint64{5, 7, 8}),
+		"slot held twice":   read(3, []int{0, 0}, []uint64{5, 7}),
+		"slot above limit":  read(2, []int{2}, []uint64{5}),
+		"token held twice":  read(2, []int{0, 1}, []uint64{5, 5}),
+		"holders, no limit": read(0, []int{0}, []uint64{5}),
+	} {
+		if vs := SemaphoreReads([]history.Op{bad}); len(vs) == 0 || vs[0].Property != "i" {
+			t.Errorf("%s: not caught: %v", name, vs)
+		}
+	}
+}

@@ -45,6 +45,42 @@ func Permits(ops []history.Op, drift float64) []Violation {
 	return vs
 }
 
+// SemaphoreReads is property (i) on the server's own state: a definite read
+// of a semaphore shows at most limit holders, each in its own slot below
+// the limit, each with its own token (or, nobody holding, limit 0 and no
+// holders).
+func SemaphoreReads(ops []history.Op) []Violation {
+	var vs []Violation
+	for _, o := range ops {
+		if o.Kind != history.SemRead || o.Outcome != history.OK {
+			continue
+		}
+		bad := func(why string) {
+			vs = append(vs, Violation{"i", fmt.Sprintf("semaphore %q read %s (c%d, t=%.3fs) shows limit %d, slots %v, tokens %v: %s", o.Name, o.ID, o.Client, secs(o.Return), o.GotLimit, o.Slots, o.Tokens, why)})
+		}
+		if int64(len(o.Slots)) > o.GotLimit {
+			bad("more holders than the limit")
+		}
+		slots, tokens := map[int]bool{}, map[uint64]bool{}
+		for k, s := range o.Slots {
+			if s < 0 || int64(s) >= o.GotLimit {
+				bad(fmt.Sprintf("slot %d outside the limit", s))
+			}
+			if slots[s] {
+				bad(fmt.Sprintf("slot %d held twice", s))
+			}
+			slots[s] = true
+			if k < len(o.Tokens) {
+				if tokens[o.Tokens[k]] {
+					bad(fmt.Sprintf("token %d held twice", o.Tokens[k]))
+				}
+				tokens[o.Tokens[k]] = true
+			}
+		}
+	}
+	return vs
+}
+
 type permitGrant struct {
 	lease     string
 	slot      int

@@ -353,6 +353,10 @@ func (c *Client) classify(resp *http.Response, err error) history.Entry {
 		SessionID string `json:"session_id"`
 		Slot      int    `json:"slot"`
 		Limit     int64  `json:"limit"`
+		Holders   []struct {
+			Slot  int    `json:"slot"`
+			Token uint64 `json:"fencing_token"`
+		} `json:"holders"`
 	}
 	jerr := json.Unmarshal(raw, &body)
 	switch {
@@ -361,6 +365,9 @@ func (c *Client) classify(resp *http.Response, err error) history.Entry {
 	case resp.StatusCode == http.StatusOK:
 		r.Outcome, r.Token, r.Value = history.OK, body.Token, body.Value
 		r.Session, r.Slot, r.Limit = body.SessionID, body.Slot, body.Limit
+		for _, h := range body.Holders {
+			r.Slots, r.Tokens = append(r.Slots, h.Slot), append(r.Tokens, h.Token)
+		}
 		if body.Held != nil && !*body.Held {
 			r.Outcome = history.Free
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/url"
 	"sort"
 	"time"
 
@@ -30,8 +31,12 @@ type hold struct {
 	via         string // the node that granted
 }
 
-// holdCycle runs one of the three cycles.
+// holdCycle runs one of the three cycles, one time in four after a
+// linearizable read of a semaphore.
 func (c *Client) holdCycle(ctx context.Context) {
+	if len(c.cfg.Semaphores) > 0 && c.mix.Intn(4) == 0 {
+		c.readSemaphore(c.pickHold(true).name)
+	}
 	switch n := c.mix.Intn(10); {
 	case n < 4 && (len(c.cfg.RWLocks) > 0 || len(c.cfg.Semaphores) > 0):
 		c.sessionCycle(ctx)
@@ -349,4 +354,16 @@ func (c *Client) closeWhileAcquiring(ctx context.Context, sid string, held []hol
 	c.sleepReal(ctx, closeAfter)
 	c.closeSession(ctx, sid)
 	<-done
+}
+
+// readSemaphore is one linearizable read of a semaphore: its limit and
+// holders as the leader has them.
+func (c *Client) readSemaphore(name string) {
+	node := c.cfg.Nodes[c.mix.Intn(len(c.cfg.Nodes))]
+	e := history.Entry{Kind: "call", ID: c.nextID(), Client: c.cfg.ID, Op: history.SemRead, Name: name, Node: node, Time: history.Now()}
+	c.cfg.Journal.Write(e)
+	resp, err := c.http.Get(node + "/v1/semaphores/" + url.PathEscape(name))
+	r := c.classify(resp, err)
+	r.ID, r.Client = e.ID, e.Client
+	c.cfg.Journal.Write(r)
 }
