@@ -192,7 +192,7 @@ func (rep *report) print(r *runner) {
 			}
 		}
 	}
-	printHoldFigures(w, rep.ops, r.cfg.drift)
+	printHoldFigures(w, rep.ops, r.cfg.drift, r.faults)
 	fmt.Fprintf(w, "reads: %d answered blocking reads (%d answered a higher index than asked, %d ran out their wait), %d reads showed a value\n",
 		blocking, woken, blocking-woken, valued)
 	fmt.Fprintf(w, "checking took %v\nproperties:\n", rep.checkTime.Round(time.Millisecond))

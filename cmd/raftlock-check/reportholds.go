@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/raftlock/raftlock/cmd/raftlock-check/faults"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
 )
@@ -92,7 +93,7 @@ func countHolds(ops []history.Op) holdCounts {
 
 // printHoldFigures shows how hard the issue-15 cycles pressed on their
 // boundaries.
-func printHoldFigures(w io.Writer, ops []history.Op, drift float64) {
+func printHoldFigures(w io.Writer, ops []history.Op, drift float64, fs []faults.Fault) {
 	c := countHolds(ops)
 	if c.sessions+c.permits+c.shared == 0 {
 		return
@@ -113,8 +114,25 @@ func printHoldFigures(w io.Writer, ops []history.Op, drift float64) {
 			parkedAtClose++
 		}
 	}
-	fmt.Fprintf(w, "sessions: %d created, %d closed, %d calls answered no_session; %d locks and permits acquired in sessions; %d acquires parked while their session was closed\n",
-		c.sessions, closedOK, seenEnded, c.sessionHolds, parkedAtClose)
+	// Sessions whose TTL ran out while their client was stopped (a holder
+	// pause): the session's last trusted instant falls inside the pause.
+	outInPause := 0
+	for id, spans := range model.SessionValidity(ops, 0) {
+		if len(spans) == 0 {
+			continue
+		}
+		last := spans[len(spans)-1]
+		if _, closed := closes[id]; closed {
+			continue
+		}
+		for _, f := range fs {
+			if f.Kind == faults.HolderPause && f.Target == fmt.Sprintf("c%d", last.Client) && f.Start <= last.End && last.End <= f.End {
+				outInPause++
+			}
+		}
+	}
+	fmt.Fprintf(w, "sessions: %d created, %d closed, %d calls answered no_session, %d ran out during a holder pause; %d locks and permits acquired in sessions; %d acquires parked while their session was closed\n",
+		c.sessions, closedOK, seenEnded, outInPause, c.sessionHolds, parkedAtClose)
 	byOut := func(kind string, pred func(history.Op) bool) string {
 		n := map[string]int{}
 		for _, o := range ops {
