@@ -26,9 +26,12 @@ import (
 // the whole limit for that moment, and the flood would fill it.
 // Priority calls (renews and releases: shedding them loses leases or keeps
 // locks held, which brings more load, not less) may use twice the share.
-// Other calls are also shed once 2L of them are in flight in all, which
-// only happens with more active tenants than L (each then has a share of 1):
-// that is the one case where a tenant below its share is shed.
+// Other calls are also shed once 2L of them are in flight in all. With up
+// to three tenants that cannot happen (each keeps at most the share it had
+// when it took its calls: L + L/2 + L/3 < 2L); with more, and above all
+// with more tenants than L (every share then 1), it bounds what the shares
+// no longer do, and it is the one case where a tenant below its share is
+// shed.
 type Gate struct {
 	limit     *Limit
 	now       func() time.Time
