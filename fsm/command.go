@@ -183,8 +183,7 @@ func OpInVersion(o Op, v uint8) bool {
 func MinVersion(c Command) uint8 {
 	switch {
 	case c.Op >= OpSessionCreate && c.Op <= OpSemRelease, c.SessionID != "", c.Mode != ModeExclusive, c.Limit != 0:
-		// Not applied by this build yet: no leader may write it.
-		return commandVersion5 + 1
+		return commandVersion5
 	case c.Op == OpUpdate || c.Value != "":
 		return commandVersion4
 	case c.Op == OpForceRelease:

@@ -628,6 +628,14 @@ func (m *Machine) Session(id string) (Session, bool) {
 	return m.viewSession(s), true
 }
 
+// HasSession reports whether session id lives, without building its view.
+func (m *Machine) HasSession(id string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.sessions[id]
+	return ok
+}
+
 // Semaphore returns semaphore name, its holders by slot; false when nobody
 // holds a permit.
 func (m *Machine) Semaphore(name string) (Semaphore, bool) {

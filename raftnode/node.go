@@ -95,7 +95,7 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 		pending:   make(chan struct{}, cfg.MaxPendingApplies),
 	}
 	n.metrics = newNodeMetrics(n)
-	n.waiters = newWaitQueue(n.apply, n.machine.Get, cfg.MaxWaitersPerLock, cfg.MaxWaiters)
+	n.waiters = newNodeWaiters(n.apply, n.machine, cfg.MaxWaitersPerLock, cfg.MaxWaiters)
 	n.watches = newWatchHub()
 	if err := n.open(); err != nil {
 		n.closeStores()
@@ -219,6 +219,7 @@ func (n *Node) onApplied(index uint64, op fsm.Op, r fsm.Result) {
 	}
 	n.metrics.applied(op, r)
 	n.waiters.freed(r.Freed)
+	n.waiters.freedSemaphores(r.FreedSemaphores)
 	n.watches.wake(r.Changed)
 	for _, o := range n.observers {
 		o(index, op, r)

@@ -131,10 +131,10 @@ func (r leaderReader) Remaining(l fsm.Lock) (time.Duration, bool) {
 
 func (r leaderReader) Waiters(name string) int { return r.n.waiters.parked(name) }
 
-// SemaphoreWaiters is how many semaphore acquires wait for name. None
-// park yet: semaphore acquires are refused until every member reads
-// command format 5.
-func (r leaderReader) SemaphoreWaiters(name string) int { return 0 }
+// SemaphoreWaiters is how many semaphore acquires wait for name.
+func (r leaderReader) SemaphoreWaiters(name string) int {
+	return r.n.waiters.queueFor(fsm.OpSemAcquire).parked(name)
+}
 
 // parked is how many acquires wait for name.
 func (q *waitQueue) parked(name string) int {

@@ -20,8 +20,26 @@ const (
 // survive a leader change: parked requests get ErrLeaderChanged and clients
 // re-enter the wait on the new leader with the same lease id.
 type waitQueue struct {
-	apply      func(fsm.Command) (fsm.Result, error)
-	holder     func(name string) (fsm.Lock, bool)
+	apply  func(fsm.Command) (fsm.Result, error)
+	holder func(name string) (fsm.Lock, bool)
+	// grantable says, from this leader's applied state, whether the log
+	// could grant cmd now; only a hint (the log decides), used to keep
+	// granting a run of waiters and to skip proposals bound to be refused.
+	grantable func(cmd fsm.Command) bool
+	// holds says whether cmd's lease holds what it asks for already.
+	holds func(cmd fsm.Command) bool
+	// refresh names the current holders in a refusal about to be answered.
+	refresh func(cmd fsm.Command, r fsm.Result) fsm.Result
+	// busy is the status of a refusal to wait through: held for locks,
+	// full for semaphores.
+	busy fsm.Status
+	// runs: after a grant, go on granting the next waiters while they can
+	// be granted too (shared readers, free permits). Without modes a
+	// granted lock is taken, and the next free event serves the next.
+	runs bool
+	// sems parks semaphore acquires, keyed apart from locks (a semaphore
+	// and a lock of one name are unrelated); nil when not serving them.
+	sems       *waitQueue
 	after      func(time.Duration) <-chan time.Time // the wait's timer; tests replace it
 	left       func()                               // test hook: wait has tried to leave its queue
 	maxPerLock int
@@ -49,8 +67,25 @@ type waitResult struct {
 	err error
 }
 
+// newWaitQueue parks acquires of exclusive locks whose holder is read with
+// holder.
 func newWaitQueue(apply func(fsm.Command) (fsm.Result, error), holder func(string) (fsm.Lock, bool), perLock, total int) *waitQueue {
-	return &waitQueue{apply: apply, holder: holder, after: time.After, left: func() {}, maxPerLock: perLock, maxTotal: total, locks: map[string]*lockQueue{}, closed: true}
+	q := &waitQueue{apply: apply, holder: holder, busy: fsm.StatusHeld, after: time.After, left: func() {}, maxPerLock: perLock, maxTotal: total, locks: map[string]*lockQueue{}, closed: true}
+	q.grantable = func(cmd fsm.Command) bool {
+		h, held := q.holder(cmd.Name)
+		return !held || h.LeaseID == cmd.LeaseID
+	}
+	q.holds = func(cmd fsm.Command) bool {
+		h, held := q.holder(cmd.Name)
+		return held && h.LeaseID == cmd.LeaseID
+	}
+	q.refresh = func(cmd fsm.Command, r fsm.Result) fsm.Result {
+		// Name the holder now; none when the lock is free but promised to
+		// a waiter ahead (the first answer's holder may have released).
+		r.Holder, _ = q.holder(cmd.Name)
+		return r
+	}
+	return q
 }
 
 // queued reports whether anyone waits for name: an acquire that does not
@@ -81,7 +116,7 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 	q.total++
 	q.mu.Unlock()
 	// The lock may have freed between the held answer and parking.
-	if _, ok := q.holder(cmd.Name); !ok {
+	if q.grantable(cmd) {
 		q.serve(cmd.Name)
 	}
 
@@ -97,7 +132,7 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 		if err := ctx.Err(); err != nil {
 			return fsm.Result{}, err
 		}
-		if h, ok := q.holder(cmd.Name); ok && h.LeaseID == cmd.LeaseID {
+		if q.holds(cmd) {
 			// The lease holds the lock already (an earlier attempt of the
 			// same lease was granted while this one waited): an acquire by
 			// the holding lease is idempotent, so answer it as one, through
@@ -105,10 +140,7 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 			res, err := q.apply(cmd)
 			return answer(ctx, waitResult{r: res, err: err})
 		}
-		// Name the holder now; none when the lock is free but promised to a
-		// waiter ahead (the first answer's holder may have released).
-		held.Holder, _ = q.holder(cmd.Name)
-		return held, nil
+		return q.refresh(cmd, held), nil
 	}
 	// A grant for w is in flight (or just answered): the lock was granted
 	// before we could say "held", so its answer decides and the grant stands.
@@ -182,7 +214,10 @@ func (q *waitQueue) freed(names []string) {
 
 // serve grants name to the head of its queue. One grant is in flight per
 // lock at a time; a held answer means someone else got there first (or a
-// lock-delay runs), and the next free event brings us back.
+// lock-delay runs), and the next free event brings us back. After a grant
+// it goes on with the next waiter while that one can be granted too (a run
+// of shared readers, several free permits), stopping at the first that
+// cannot: FIFO across modes, so a writer is not overtaken by later readers.
 func (q *waitQueue) serve(name string) {
 	for {
 		q.mu.Lock()
@@ -195,11 +230,19 @@ func (q *waitQueue) serve(name string) {
 		lq.granting = true
 		q.mu.Unlock()
 
-		res, err := q.apply(w.cmd)
+		var res fsm.Result
+		var err error
+		if q.grantable(w.cmd) {
+			res, err = q.apply(w.cmd)
+		} else {
+			// Bound to be refused (a shared holder left, others remain):
+			// no entry; the next free event brings us back.
+			res.Status = q.busy
+		}
 
 		q.mu.Lock()
 		lq.granting = false
-		if err == nil && res.Status == fsm.StatusHeld {
+		if err == nil && res.Status == q.busy {
 			if !q.closed {
 				q.mu.Unlock()
 				return
@@ -217,7 +260,7 @@ func (q *waitQueue) serve(name string) {
 		q.mu.Unlock()
 
 		w.done <- waitResult{r: res, err: err}
-		if err == nil && res.Status == fsm.StatusOK {
+		if err == nil && res.Status == fsm.StatusOK && (!q.runs || !q.nextGrantable(name)) {
 			return // the lock is taken: wait for the next free event
 		}
 		// An error (overloaded, say) answers only the head: the lock may
@@ -226,16 +269,35 @@ func (q *waitQueue) serve(name string) {
 	}
 }
 
+// nextGrantable says whether name's next waiter can be granted now too.
+func (q *waitQueue) nextGrantable(name string) bool {
+	q.mu.Lock()
+	lq := q.locks[name]
+	if lq == nil || len(lq.waiters) == 0 {
+		q.mu.Unlock()
+		return false
+	}
+	next := lq.waiters[0].cmd
+	q.mu.Unlock()
+	return q.grantable(next)
+}
+
 // open lets requests park; the node calls it when it starts leading.
 func (q *waitQueue) open() {
 	q.mu.Lock()
 	q.closed = false
 	q.mu.Unlock()
+	if q.sems != nil {
+		q.sems.open()
+	}
 }
 
 // close fails every parked request with err and refuses new ones; the node
 // calls it when leadership ends.
 func (q *waitQueue) close(err error) {
+	if q.sems != nil {
+		q.sems.close(err)
+	}
 	q.mu.Lock()
 	q.closed, q.closedErr = true, err
 	var failed []*waiter
@@ -258,9 +320,20 @@ func (q *waitQueue) close(err error) {
 	}
 }
 
-// size returns how many requests are parked.
+// size returns how many requests are parked (semaphores' included).
 func (q *waitQueue) size() int {
+	n := 0
+	if q.sems != nil {
+		n = q.sems.size()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.total
+	return n + q.total
+}
+
+// freedSemaphores serves the semaphores that got a free permit.
+func (q *waitQueue) freedSemaphores(names []string) {
+	if q.sems != nil {
+		q.sems.freed(names)
+	}
 }

@@ -9,17 +9,20 @@ import (
 	"github.com/raftlock/raftlock/fsm"
 )
 
-// Apply proposes one lock command (acquire, renew, release or force
-// release) and returns the state machine's outcome once the entry is
-// committed on a quorum and applied here. Only the leader can; others return
-// ErrNotLeader. A force release needs command format 3 on every member, an
-// update or a value format 4 (ErrNotSupportedYet until the format gate
-// allows it).
+// Apply proposes one command (a lock's acquire, renew, release, force
+// release or update; a session's create, renew or close; a semaphore's
+// acquire, renew or release) and returns the state machine's outcome once
+// the entry is committed on a quorum and applied here. Only the leader can;
+// others return ErrNotLeader. A force release needs command format 3 on
+// every member, an update or a value format 4, sessions, semaphores and
+// shared locks format 5 (ErrNotSupportedYet until the format gate allows
+// it). A session create without an id gets a fresh one.
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	switch cmd.Op {
-	case fsm.OpAcquire, fsm.OpRenew, fsm.OpRelease, fsm.OpForceRelease, fsm.OpUpdate:
+	case fsm.OpAcquire, fsm.OpRenew, fsm.OpRelease, fsm.OpForceRelease, fsm.OpUpdate,
+		fsm.OpSessionCreate, fsm.OpSessionRenew, fsm.OpSessionClose, fsm.OpSemAcquire, fsm.OpSemRenew, fsm.OpSemRelease:
 	default:
-		return fsm.Result{}, fmt.Errorf("raftnode: %v is not a lock command", cmd.Op)
+		return fsm.Result{}, fmt.Errorf("raftnode: %v is not a client command", cmd.Op)
 	}
 	if err := ctx.Err(); err != nil {
 		return fsm.Result{}, err
@@ -28,14 +31,16 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 		return fsm.Result{}, ErrNotLeader
 	}
 	switch cmd.Op {
-	case fsm.OpAcquire:
+	case fsm.OpAcquire, fsm.OpSemAcquire:
 		return n.Acquire(ctx, cmd, 0)
 	case fsm.OpForceRelease:
 		return n.forceRelease(cmd)
-	case fsm.OpUpdate:
-		if err := n.gate(cmd); err != nil {
-			return fsm.Result{}, err
-		}
+	}
+	if err := n.gate(cmd); err != nil {
+		return fsm.Result{}, err
+	}
+	if cmd.Op == fsm.OpSessionCreate && cmd.SessionID == "" {
+		cmd.SessionID = api.NewLeaseID()
 	}
 	return n.applyAdmitted(cmd)
 }
@@ -50,10 +55,16 @@ func (n *Node) gate(cmd fsm.Command) error {
 		return nil
 	}
 	what := "a lock value"
-	switch cmd.Op {
-	case fsm.OpForceRelease:
+	switch {
+	case cmd.Op >= fsm.OpSessionCreate && cmd.Op <= fsm.OpSessionClose || cmd.SessionID != "":
+		what = "sessions"
+	case cmd.Op >= fsm.OpSemAcquire && cmd.Op <= fsm.OpSemRelease || cmd.Limit != 0:
+		what = "semaphores"
+	case cmd.Mode != fsm.ModeExclusive:
+		what = "shared locks"
+	case cmd.Op == fsm.OpForceRelease:
 		what = "force release"
-	case fsm.OpUpdate:
+	case cmd.Op == fsm.OpUpdate:
 		what = "a value update"
 	}
 	return fmt.Errorf("%w: %s needs every node at command version %d; upgrade every node to a build that reads it (GET /v1/cluster shows command_version on each), then retry (this leader writes version %d now)", ErrNotSupportedYet, what, fsm.MinVersion(cmd), v)
@@ -94,12 +105,13 @@ func (n *Node) applyAdmitted(cmd fsm.Command) (fsm.Result, error) {
 	return n.apply(cmd)
 }
 
-// Acquire proposes an acquire. When the lock is held and wait > 0, the
-// request parks on this leader and is granted in arrival order as the lock
-// frees; after wait it gets the held answer. An acquire that does not wait
-// never jumps ahead of parked ones.
+// Acquire proposes an acquire of a lock (any mode) or of a semaphore
+// permit. When it is refused (held, full) and wait > 0, the request parks
+// on this leader and is granted in arrival order as the lock or a permit
+// frees; after wait it gets the last refusal. An acquire that does not wait
+// never jumps ahead of parked ones. Locks and semaphores queue apart.
 func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error) {
-	if cmd.Op != fsm.OpAcquire {
+	if cmd.Op != fsm.OpAcquire && cmd.Op != fsm.OpSemAcquire {
 		return fsm.Result{}, fmt.Errorf("raftnode: %v is not an acquire", cmd.Op)
 	}
 	if err := ctx.Err(); err != nil {
@@ -109,12 +121,13 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 		return fsm.Result{}, ErrNotLeader
 	}
 	if err := n.gate(cmd); err != nil {
-		return fsm.Result{}, err // a value needs format 4: refused before it parks
+		return fsm.Result{}, err // refused before it parks
 	}
 	if cmd.LeaseID == "" {
 		cmd.LeaseID = api.NewLeaseID()
 	}
-	if held, term, ok := n.heldHere(cmd); ok {
+	q := n.waiters.queueFor(cmd.Op)
+	if refused, term, ok := n.refusedHere(cmd); ok {
 		if err := n.raft.VerifyLeader().Error(); err != nil {
 			return fsm.Result{}, raftError("verify leader", err)
 		}
@@ -123,48 +136,74 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 		// since made false. Then let the log decide.
 		if n.raft.CurrentTerm() == term && n.readyTerm.Load() == term {
 			if wait <= 0 {
-				return held, nil
+				return refused, nil
 			}
-			return n.waiters.wait(ctx, cmd, held, wait)
+			return q.wait(ctx, cmd, refused, wait)
 		}
 	}
 	r, err := n.applyAdmitted(cmd)
-	if err != nil || r.Status != fsm.StatusHeld || wait <= 0 {
+	if err != nil || r.Status != q.busy || wait <= 0 {
 		return r, err
 	}
-	return n.waiters.wait(ctx, cmd, r, wait)
+	return q.wait(ctx, cmd, r, wait)
 }
 
-// heldHere answers, from this leader's applied state and without a log
-// entry, an acquire that can only be refused: someone is parked for the lock,
-// or another lease holds it and its deadline has not come on this leader's
-// clock (a tick stamped now would not expire it). A refusal changes nothing,
-// so like a linearizable read it needs only the caller's confirmation that
-// this node still leads (VerifyLeader after the read: a quorum still taking
-// this leader means no other leader can have acknowledged anything since).
-// Polling clients then cost the leader a heartbeat round instead of a
-// replicated, fsynced entry each. It returns the term it read in: the caller
-// must find the same term after VerifyLeader.
-func (n *Node) heldHere(cmd fsm.Command) (r fsm.Result, term uint64, ok bool) {
+// refusedHere answers, from this leader's applied state and without a log
+// entry, an acquire that can only be refused: someone is parked for the
+// lock or semaphore, or the lock's holders exclude cmd and none of their
+// deadlines has come on this leader's clock (a tick stamped now would not
+// expire them). A refusal changes nothing, so like a linearizable read it
+// needs only the caller's confirmation that this node still leads
+// (VerifyLeader after the read: a quorum still taking this leader means no
+// other leader can have acknowledged anything since). Polling clients then
+// cost the leader a heartbeat round instead of a replicated, fsynced entry
+// each. It returns the term it read in: the caller must find the same term
+// after VerifyLeader.
+func (n *Node) refusedHere(cmd fsm.Command) (r fsm.Result, term uint64, ok bool) {
 	term = n.raft.CurrentTerm()
 	if n.readyTerm.Load() != term {
 		return fsm.Result{}, term, false
 	}
-	holder, held := n.machine.Get(cmd.Name)
-	if held && holder.LeaseID == cmd.LeaseID {
+	if cmd.SessionID != "" {
+		if !n.machine.HasSession(cmd.SessionID) {
+			return fsm.Result{}, term, false // the log answers no_session first
+		}
+	}
+	if cmd.Op == fsm.OpSemAcquire {
+		sem, held := n.machine.Semaphore(cmd.Name)
+		if held && (sem.Limit != cmd.Limit || holdsLease(sem.Holders, cmd.LeaseID)) {
+			return fsm.Result{}, term, false // a mismatch or a retry: the log answers
+		}
+		if n.waiters.queueFor(cmd.Op).queued(cmd.Name) {
+			return fsm.Result{Status: fsm.StatusFull, Holders: byToken(sem.Holders)}, term, true
+		}
+		return fsm.Result{}, term, false
+	}
+	holders := n.machine.Holders(cmd.Name)
+	if holdsLease(holders, cmd.LeaseID) {
 		return fsm.Result{}, term, false // a retry by the holder: through the log, it refreshes the lease
 	}
 	if n.waiters.queued(cmd.Name) {
-		return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, term, true
+		r = fsm.Result{Status: fsm.StatusHeld}
+		r.Holder, r.Holders = lockRefusal(holders)
+		return r, term, true
 	}
-	if !held {
+	if lockGrantable(holders, cmd) {
 		return fsm.Result{}, term, false
 	}
 	c := n.machine.Clock()
-	if c.Term != term || c.Now+(n.clock.Now()-c.Stamp) >= holder.Deadline {
-		return fsm.Result{}, term, false // due (or no stamp of ours yet): let the log decide
+	if c.Term != term {
+		return fsm.Result{}, term, false // no stamp of ours yet: let the log decide
 	}
-	return fsm.Result{Status: fsm.StatusHeld, Holder: holder}, term, true
+	now := c.Now + (n.clock.Now() - c.Stamp)
+	for _, h := range holders {
+		if now >= h.Deadline {
+			return fsm.Result{}, term, false // due: let the log decide
+		}
+	}
+	r = fsm.Result{Status: fsm.StatusHeld}
+	r.Holder, r.Holders = lockRefusal(holders)
+	return r, term, true
 }
 
 // Waiters returns how many acquires are parked on this node.
@@ -175,5 +214,16 @@ func (n *Node) Waiters() int { return n.waiters.size() }
 // A node whose state diverged accepts no writes.
 func (n *Node) apply(cmd fsm.Command) (fsm.Result, error) {
 	r, _, err := n.applyExt(cmd, extension{})
+	if err == nil && r.Status == fsm.StatusOK {
+		switch cmd.Op {
+		case fsm.OpSessionCreate, fsm.OpSessionRenew, fsm.OpSemAcquire, fsm.OpSemRenew, fsm.OpRenew:
+			// A new or moved deadline: the leader loop may be asleep until
+			// a later one (or an hour, with no timers); wake it.
+			select {
+			case n.changed <- struct{}{}:
+			default:
+			}
+		}
+	}
 	return r, err
 }
