@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
@@ -103,18 +102,6 @@ func (c apiClient) wantCode(status int, code, method, path, body string) []byte 
 	return b
 }
 
-// needFormat5 skips a test on a build whose leader may not write command
-// format 5 (its raftnode does not route the new commands yet).
-func needFormat5(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a cluster")
-	}
-	if fsm.MinVersion(fsm.Command{Op: fsm.OpSessionCreate}) > fsm.MaxCommandVersion {
-		t.Skip("this build's leader does not write command format 5 yet")
-	}
-}
-
 // format5 waits until the cluster writes command format 5: until then the
 // leader answers new writes 503 not_supported_yet (its survey of the
 // members' command versions runs after each election).
@@ -139,7 +126,9 @@ func format5(t *testing.T, c apiClient, nudge func()) api.Session {
 // them; when renewals stop, all end together at the session's TTL; a close
 // ends another session's 200 at once. Time is a manual clock.
 func TestSessionHolds200Locks(t *testing.T) {
-	needFormat5(t)
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
 	clock := &clustertest.ManualClock{}
 	cl := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
 	hc := cl.HTTPClient()
@@ -214,7 +203,9 @@ func TestSessionHolds200Locks(t *testing.T) {
 // three; after a release it gets the freed slot with a larger token. Also
 // a limit mismatch, and a waiting acquire served when a permit frees.
 func TestSemaphoreLimit3(t *testing.T) {
-	needFormat5(t)
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
 	cl := clustertest.Start(t, 3)
 	f := apiClient{t, cl.HTTPClient(), cl.Followers()[0].URL()}
 	format5(t, f, func() {})
@@ -276,7 +267,9 @@ func TestSemaphoreLimit3(t *testing.T) {
 // Two shared holders together; a writer is 409 held (listing both) until
 // both leave, then gets a token larger than both.
 func TestSharedReadersThenWriter(t *testing.T) {
-	needFormat5(t)
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
 	cl := clustertest.Start(t, 3)
 	f := apiClient{t, cl.HTTPClient(), cl.Followers()[0].URL()}
 	format5(t, f, func() {})

@@ -23,7 +23,6 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
@@ -243,9 +242,6 @@ func TestOpenAPIDetectsDrift(t *testing.T) {
 // TestOpenAPIDetectsPermitDrift does the same for a semaphore permit: with
 // its slot renamed in the spec, an acquire's answer must be refused.
 func TestOpenAPIDetectsPermitDrift(t *testing.T) {
-	if fsm.MinVersion(fsm.Command{Op: fsm.OpSemAcquire}) > fsm.MaxCommandVersion {
-		t.Skip("this build's leader does not write command format 5 yet")
-	}
 	spec := readSpec(t)
 	old := "required: [name, owner, lease_id, slot, fencing_token, limit, ttl_ms]"
 	broken := bytes.Replace(spec, []byte(old), []byte("required: [name, owner, lease_id, permit_slot, fencing_token, limit, ttl_ms]"), 1)
@@ -407,7 +403,7 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	}
 
 	// Sessions, shared locks and semaphores (command format 5).
-	skipped := runFormat5Contract(t, c, L, F)
+	runFormat5Contract(t, c, L, F)
 
 	// Backup and restore: the leader only, the file back as it came.
 	st, b = c.do(call{method: "GET", url: F + "/v1/snapshot"})
@@ -454,9 +450,6 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	// Every operation answered 2xx at least once.
 	for path, item := range c.doc.Paths.Map() {
 		for method, op := range item.Operations() {
-			if skipped[op.OperationID] {
-				continue
-			}
 			ok := false
 			for code := 200; code < 300; code++ {
 				ok = ok || c.seen[fmt.Sprintf("%s %d", op.OperationID, code)]
@@ -546,44 +539,14 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	}
 }
 
-// format5Ops are the operations that need command format 5 to answer 2xx.
-var format5Ops = []string{"createSession", "renewSession", "closeSession", "getSession", "acquireSemaphore", "renewSemaphore", "releaseSemaphore"}
-
-// runFormat5Contract drives sessions, shared locks and semaphores through
-// follower F (forwarded) and leader L. A build whose leader may not write
-// command format 5 yet refuses their writes: then those answers are what
-// is checked, and the operations that can only
-// answer 2xx with format 5 are returned, to be left out of the coverage
-// check. A build that may write it must answer 2xx within the wait.
-func runFormat5Contract(t *testing.T, c *checker, L, F string) map[string]bool {
-	writable := fsm.MinVersion(fsm.Command{Op: fsm.OpSessionCreate}) <= fsm.MaxCommandVersion
+// runFormat5Contract drives sessions, shared locks and semaphores (command
+// format 5) through follower F (forwarded) and leader L.
+func runFormat5Contract(t *testing.T, c *checker, L, F string) {
 	const sessB = "contract-session-bbbbbbbb"
 	st, b := c.do(call{method: "GET", url: F + "/v1/sessions/" + sessB})
 	c.want(st, b, 404)
 	st, b = c.do(call{method: "GET", url: F + "/v1/semaphores/contract-sem"})
 	c.want(st, b, 200)
-	if !writable {
-		for _, w := range []struct{ path, body string }{
-			{"/v1/sessions", `{"owner":"contract","ttl_ms":10000}`},
-			{"/v1/sessions/renew", `{"session_id":"` + sessB + `"}`},
-			{"/v1/sessions/close", `{"session_id":"` + sessB + `"}`},
-			{"/v1/locks/acquire", `{"name":"contract-s","session_id":"` + sessB + `"}`},
-			{"/v1/locks/acquire", `{"name":"contract-s","ttl_ms":10000,"mode":"shared"}`},
-			{"/v1/semaphores/acquire", `{"name":"contract-sem","limit":1,"ttl_ms":10000}`},
-			{"/v1/semaphores/renew", `{"name":"contract-sem","lease_id":"` + sessB + `"}`},
-			{"/v1/semaphores/release", `{"name":"contract-sem","lease_id":"` + sessB + `"}`},
-		} {
-			// 500 while raftnode routes none of the new ops yet.
-			st, b := c.do(call{method: "POST", url: F + w.path, body: w.body})
-			c.want(st, b, 503, 500)
-		}
-		t.Logf("this build's leader does not write command format 5 yet: %v checked for error answers only", format5Ops)
-		skipped := map[string]bool{}
-		for _, op := range format5Ops {
-			skipped[op] = true
-		}
-		return skipped
-	}
 
 	// A session (503 until the leader's survey finds every node at format 5).
 	var sess api.Session
@@ -675,5 +638,4 @@ func runFormat5Contract(t *testing.T, c *checker, L, F string) map[string]bool {
 		st, b := c.do(e)
 		c.want(st, b, 400)
 	}
-	return nil
 }
