@@ -195,7 +195,7 @@ func (in *Injector) pauseHolder(ctx, readyCtx context.Context, leader *cluster.N
 			return err
 		}
 		in.Rnd.Shuffle(len(locks.Locks), func(i, j int) { locks.Locks[i], locks.Locks[j] = locks.Locks[j], locks.Locks[i] })
-		if hasSessionLocks(locks.Locks) && in.Rnd.Intn(2) == 0 {
+		if hasRWLocks(locks.Locks) && in.Rnd.Intn(2) == 0 {
 			// Half the time pause a holder of an rw lock (the issue-15
 			// cycles' names, often held through a session), so that
 			// sessions run out while their client is stopped.
@@ -252,9 +252,9 @@ func countInLog(path, s string) int {
 	return strings.Count(string(b), s)
 }
 
-// hasSessionLocks reports whether any lock is one of the issue-15 cycles'
+// hasRWLocks reports whether any lock is one of the issue-15 cycles'
 // rw locks; without them (--mix 0) the fault draws what it always drew.
-func hasSessionLocks(locks []model.LockView) bool {
+func hasRWLocks(locks []model.LockView) bool {
 	for _, l := range locks {
 		if strings.HasPrefix(l.Name, "rw/") {
 			return true
