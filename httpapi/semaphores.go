@@ -121,31 +121,13 @@ func (s *Server) acquireSemaphore(ctx context.Context, req *semAcquireRequest) (
 	if req.TTLMs != nil {
 		cmd.TTL = *req.TTLMs
 	}
-	res, err := s.semAcquireGated(ctx, cmd, semAcquireWait(req))
+	// The store parks it while the semaphore is full, as a lock acquire
+	// while the lock is held (acquireGated waits on full as on held).
+	res, err := s.acquireGated(ctx, cmd, semAcquireWait(req))
 	if err != nil {
 		return 0, nil, err
 	}
 	return semOutcome(res, cmd)
-}
-
-// semAcquireGated runs a semaphore acquire through the admission gate as
-// acquireGated runs a lock's: an admitted try without waiting, then, if
-// the semaphore is full, the wait outside the gate (the store parks it
-// until a permit frees). acquireGated itself waits only after a held
-// answer, and full is the semaphore's; where the gate does not apply the
-// store waits at once.
-func (s *Server) semAcquireGated(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error) {
-	if wait <= 0 {
-		return s.acquireGated(ctx, cmd, 0)
-	}
-	if id, _ := s.store.Leader(); s.admission == nil || id != s.store.ID() {
-		return s.store.Acquire(ctx, cmd, wait)
-	}
-	res, err := s.acquireGated(ctx, cmd, 0)
-	if err != nil || res.Status != fsm.StatusFull {
-		return res, err
-	}
-	return s.store.Acquire(ctx, cmd, wait)
 }
 
 func (s *Server) renewSemaphore(ctx context.Context, req *semRenewRequest) (int, any, error) {
