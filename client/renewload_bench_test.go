@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
@@ -72,7 +74,8 @@ func renewLoad(b *testing.B, hold func(ctx context.Context, c *Client, names []s
 	for _, nd := range pc.Nodes {
 		eps = append(eps, nd.URL())
 	}
-	c, err := New(eps, WithRequestTimeout(5*time.Second))
+	logs := &logCounter{}
+	c, err := New(eps, WithRequestTimeout(5*time.Second), WithLogger(hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,10 +106,42 @@ func renewLoad(b *testing.B, hold func(ctx context.Context, c *Client, names []s
 	load, _ := os.ReadFile("/proc/loadavg")
 	b.Logf("%d locks, TTL %s, over %s: %.1f log entries/s, leader CPU %.1f%% of one core, %d locks lost; loadavg %s",
 		n, ttl, window, entries, 100*cpu, lost(), strings.TrimSpace(string(load)))
+	b.Logf("client retries and losses: %s", logs)
 	b.ReportMetric(entries, "entries/s")
 	b.ReportMetric(100*cpu, "leader-cpu-%")
 	b.ReportMetric(float64(lost()), "lost")
 	release()
+}
+
+// logCounter counts the client's log lines by kind, to tell why leases
+// were lost (the cluster shed renewals, answered slowly, or lost its leader).
+type logCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (l *logCounter) Write(p []byte) (int, error) {
+	line := string(p)
+	kind := "other"
+	for _, k := range []string{"status=429", "status=503", "status=504", "request failed", "renew failed", "lease lost", "session lost"} {
+		if strings.Contains(line, k) {
+			kind = k
+			break
+		}
+	}
+	l.mu.Lock()
+	if l.counts == nil {
+		l.counts = map[string]int{}
+	}
+	l.counts[kind]++
+	l.mu.Unlock()
+	return len(p), nil
+}
+
+func (l *logCounter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprint(l.counts)
 }
 
 // acquireAll runs acquire for every name, 64 at a time.
