@@ -478,3 +478,32 @@ func TestForwardTimeoutAfterSendIsUnknown(t *testing.T) {
 		t.Error("the leader never got the request")
 	}
 }
+
+// Linearizable reads of sessions and semaphores go to the leader as lock
+// reads do, path escaping intact; stale ones are answered where they land.
+func TestForwardIssue15Reads(t *testing.T) {
+	leader := newRecordingLeader(t, http.StatusOK, `{}`)
+	f := follower(leader.addr())
+	f.read = func(_ context.Context, stale bool) (store.LockReader, error) {
+		if !stale {
+			return nil, store.ErrNotLeader
+		}
+		return fsm.New(), nil
+	}
+	s := newServer(f)
+	for _, uri := range []string{"/v1/semaphores/pool%2Fa", "/v1/semaphores/pool/a", "/v1/sessions/" + sessA} {
+		if rec := do(t, s, http.MethodGet, uri, ""); rec.Code != http.StatusOK {
+			t.Errorf("GET %s: %d %s", uri, rec.Code, rec.Body)
+		}
+	}
+	got := leader.requests()
+	if len(got) != 3 || got[0].uri != "/v1/semaphores/pool%2Fa" || got[1].uri != "/v1/semaphores/pool/a" ||
+		got[2].uri != "/v1/sessions/"+sessA || got[2].forwardedBy != "n2" {
+		t.Errorf("the leader got %+v", got)
+	}
+	wantJSON(t, do(t, s, http.MethodGet, "/v1/semaphores/pool%2Fa?stale=true", ""), http.StatusOK, `{"name":"pool/a","limit":0,"holders":[],"index":0}`)
+	wantError(t, do(t, s, http.MethodGet, "/v1/sessions/"+sessA+"?stale=true", ""), http.StatusNotFound, api.CodeNoSession, "")
+	if n := len(leader.requests()); n != 3 {
+		t.Errorf("a stale read was forwarded (%d requests at the leader)", n)
+	}
+}
