@@ -10,7 +10,8 @@ package main
 // RAFTLOCK_SCALE_LOCKS, _EXPIRIES, _HOLDERS and _RENEW_TTL_MS change the sizes
 // (defaults 1,000,000, 100,000, 10,000 and 10s); RAFTLOCK_SCALE_KEEP=DIR
 // keeps the nodes' data dirs and logs there; RAFTLOCK_SCALE_FLAGS adds serve
-// flags (e.g. "--log-store wal"); RAFTLOCK_SCALE_PROFILE=DIR writes the
+// flags (e.g. "--log-store wal") and RAFTLOCK_SCALE_ENV environment to the
+// nodes (e.g. "GOMEMLIMIT=640MiB"); RAFTLOCK_SCALE_PROFILE=DIR writes the
 // leader's CPU profile around the expiry (BenchmarkScaleExpiry) and its heap
 // profiles (BenchmarkScaleHeldLocks) there.
 
@@ -71,7 +72,7 @@ func startProcCluster(b *testing.B, extra ...string) *procCluster {
 	extra = append(extra, strings.Fields(os.Getenv("RAFTLOCK_SCALE_FLAGS"))...)
 	// A node with a million locks may take a while to stop cleanly.
 	pc, err := procs.Start(procs.Options{Bin: bin, Dir: root, Extra: extra, StopTimeout: 30 * time.Second,
-		Debug: os.Getenv("RAFTLOCK_SCALE_PROFILE") != ""})
+		Env: strings.Fields(os.Getenv("RAFTLOCK_SCALE_ENV")), Debug: os.Getenv("RAFTLOCK_SCALE_PROFILE") != ""})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,8 +101,8 @@ func (c *procCluster) leader(timeout time.Duration) *procs.Node {
 }
 
 // waitCaughtUp waits until every node has applied what the leader had
-// committed when it was called.
-func (c *procCluster) waitCaughtUp(timeout time.Duration) {
+// committed when it was called, and returns that index.
+func (c *procCluster) waitCaughtUp(timeout time.Duration) uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	li, err := c.Info(ctx, c.leader(timeout))
@@ -116,6 +117,7 @@ func (c *procCluster) waitCaughtUp(timeout time.Duration) {
 		}
 		return true
 	})
+	return li.CommitIndex
 }
 
 func (c *procCluster) target(workers int) *httpTarget {
@@ -246,23 +248,26 @@ func snapshotTimes(n *procs.Node) []time.Duration {
 	return out
 }
 
-// snapshotBytes is the size of the newest complete snapshot in a data dir
-// (the snapshot store names them term-index-millis; in-progress ones end
-// in .tmp).
-func snapshotBytes(n *procs.Node) int64 {
+// newestSnapshot is the index and size of the newest complete snapshot in a
+// data dir (the snapshot store names them term-index-millis; in-progress
+// ones end in .tmp).
+func newestSnapshot(n *procs.Node) (index uint64, size int64) {
 	files, _ := filepath.Glob(filepath.Join(n.DataDir, "snapshots", "*", "state.bin"))
-	var newest int64
-	best := ""
 	for _, f := range files {
 		dir := filepath.Base(filepath.Dir(f))
-		if strings.HasSuffix(dir, ".tmp") || dir < best {
+		parts := strings.Split(dir, "-")
+		if strings.HasSuffix(dir, ".tmp") || len(parts) != 3 {
+			continue
+		}
+		i, err := strconv.ParseUint(parts[1], 10, 64)
+		if err != nil || i < index {
 			continue
 		}
 		if fi, err := os.Stat(f); err == nil {
-			newest, best = fi.Size(), dir
+			index, size = i, fi.Size()
 		}
 	}
-	return newest
+	return index, size
 }
 
 // load acquires locks prefix0..prefix(n-1) with workers in parallel; ttl(i)
@@ -317,7 +322,7 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	took, failed := load(b, t, "held/", n, 64, func() time.Duration { return time.Hour })
 	b.Logf("loaded %d locks in %s (%.0f acquires/s), %d failed", n, took.Round(time.Millisecond), float64(n)/took.Seconds(), failed)
 	b.ReportMetric(float64(n)/took.Seconds(), "load-acquires/s")
-	c.waitCaughtUp(time.Minute)
+	loaded := c.waitCaughtUp(time.Minute)
 	for _, nd := range c.nodes {
 		held, _ := metric(nd, "raftlock_leases_held")
 		heap, _ := metric(nd, "go_memstats_heap_inuse_bytes")
@@ -340,7 +345,9 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	b.ReportMetric(replay.Seconds(), "restart-replay-s")
 	saveProfile(b, f, "heap", "gc=1", "held-replayed.heap.pprof")
 
-	// Snapshot on every node: restart each with a low threshold.
+	// Snapshot on every node: restart each with a low threshold. A node
+	// snapshots what it has applied, which right after a restart is a part
+	// of the log: wait for a snapshot that covers every loaded lock.
 	for _, nd := range c.nodes {
 		c.stop(nd)
 		for i, a := range nd.Args {
@@ -353,17 +360,22 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 	c.leader(time.Minute)
 	deadline := time.Now().Add(5 * time.Minute)
 	for _, nd := range c.nodes {
-		for (len(snapshotTimes(nd)) == 0 || snapshotBytes(nd) == 0) && time.Now().Before(deadline) {
+		for time.Now().Before(deadline) {
+			if i, _ := newestSnapshot(nd); i >= loaded && len(snapshotTimes(nd)) > 0 {
+				break
+			}
 			time.Sleep(200 * time.Millisecond)
 		}
 		snaps := snapshotTimes(nd)
-		if len(snaps) == 0 {
-			b.Fatalf("%s took no snapshot", nd.ID)
+		index, size := newestSnapshot(nd)
+		if index < loaded || len(snaps) == 0 {
+			b.Fatalf("%s: newest snapshot at index %d, below the loaded %d", nd.ID, index, loaded)
 		}
-		b.Logf("%s: snapshot of %d locks: %d taken, first %s (sort+write+compact), %.1f MiB on disk; %s", nd.ID, n, len(snaps), snaps[0].Round(time.Millisecond), float64(snapshotBytes(nd))/(1<<20), rssParts(nd))
+		last := snaps[len(snaps)-1]
+		b.Logf("%s: snapshot of %d locks at index %d: %d taken, the last %s (sort+write+compact), %.1f MiB on disk; %s", nd.ID, n, index, len(snaps), last.Round(time.Millisecond), float64(size)/(1<<20), rssParts(nd))
 		if nd == c.nodes[0] {
-			b.ReportMetric(snaps[0].Seconds(), "snapshot-s")
-			b.ReportMetric(float64(snapshotBytes(nd))/(1<<20), "snapshot-MiB")
+			b.ReportMetric(last.Seconds(), "snapshot-s")
+			b.ReportMetric(float64(size)/(1<<20), "snapshot-MiB")
 		}
 	}
 	ld = c.leader(10 * time.Second)
