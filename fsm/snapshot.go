@@ -89,12 +89,13 @@ type Snapshot struct {
 	v3       bool // anything version 2 cannot carry
 }
 
+// snapLock is one lock of a Snapshot: its holders are leases[first:first+n];
+// during a lock-delay, leases[first-1] is the lease that expired.
 type snapLock struct {
 	name     string
 	index    uint64
 	delayed  bool
 	until    int64 // end of the lock-delay
-	gone     Lock
 	first, n int
 }
 
@@ -113,10 +114,13 @@ func (m *Machine) Snapshot() *Snapshot {
 	s := &Snapshot{clock: m.clock, locks: make([]snapLock, 0, len(m.locks)), leases: make([]Lock, 0, len(m.locks)),
 		nodes: make(map[string]string, len(m.nodes)), v3: len(m.sessions) > 0 || len(m.sems) > 0}
 	for _, e := range m.locks {
-		sl := snapLock{name: e.name, index: e.index, delayed: e.delayed, until: e.delay.until, gone: e.gone, first: len(s.leases), n: len(e.holders)}
-		if e.delayed && (e.gone.SessionID != "" || e.gone.Mode != ModeExclusive) {
-			s.v3 = true
+		if e.delayed {
+			s.leases = append(s.leases, e.gone)
+			if e.gone.SessionID != "" || e.gone.Mode != ModeExclusive {
+				s.v3 = true
+			}
 		}
+		sl := snapLock{name: e.name, index: e.index, delayed: e.delayed, until: e.delay.until, first: len(s.leases), n: len(e.holders)}
 		for _, l := range e.holders {
 			if l.lock.Mode != ModeExclusive || l.lock.SessionID != "" {
 				s.v3 = true
@@ -197,7 +201,7 @@ func (s *Snapshot) write(w io.Writer, watchMeta bool) (int64, error) {
 			if e.delayed {
 				buf = append(buf, 1)
 				buf = binary.AppendVarint(buf, e.until)
-				buf = appendLease(buf, &e.gone)
+				buf = appendLease(buf, &s.leases[e.first-1])
 			} else {
 				buf = append(buf, 0)
 			}
@@ -207,9 +211,12 @@ func (s *Snapshot) write(w io.Writer, watchMeta bool) (int64, error) {
 			}
 		} else {
 			// Version 2: one lease per lock, the expired one during a delay.
-			l, until := e.gone, e.until
-			if !e.delayed {
-				l = s.leases[e.first]
+			var l *Lock
+			until := e.until
+			if e.delayed {
+				l = &s.leases[e.first-1]
+			} else {
+				l = &s.leases[e.first]
 				until = l.Deadline
 			}
 			buf = appendString(buf, e.name)
