@@ -343,3 +343,36 @@ func TestSessionRead(t *testing.T) {
 		t.Fatalf("session lock delay %v owner %q", sess.LockDelay(), sess.Owner())
 	}
 }
+
+// A create that may have been applied when the caller's context ends is
+// closed, best effort, so that the session does not hold anything until
+// its TTL; the error says the outcome is unknown.
+func TestSessionCreateUnknownOutcomeClosesIt(t *testing.T) {
+	fc := startFake(t, 1)
+	c := realClient(t, fc.Endpoints())
+	fc.setHook(func(n *fakeNode, req fakeReq, w http.ResponseWriter, r *http.Request) bool {
+		if req.Path == "/v1/sessions" {
+			n.serve(httptest.NewRecorder(), r) // applied, every answer lost
+			dropConnection(w)
+			return true
+		}
+		return false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := NewSession(ctx, c, SessionOptions{TTL: time.Minute})
+	if !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("NewSession = %v, want an unknown outcome", err)
+	}
+	closes := fc.requests(path("/v1/sessions/close"))
+	creates := fc.requests(path("/v1/sessions"))
+	if len(closes) != 1 || len(creates) == 0 || closes[0].str("session_id") != creates[0].str("session_id") {
+		t.Fatalf("closes %+v after creates %+v, want the created session closed", closes, creates)
+	}
+	fc.mu.Lock()
+	n := len(fc.sessions)
+	fc.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d sessions left on the cluster", n)
+	}
+}
