@@ -602,8 +602,19 @@ func (m *Machine) ListIndexed(prefix string, limit int) ([]Lock, bool, uint64) {
 // most limit of them (limit <= 0: all), and whether more matched. A shared
 // lock appears once, as its lowest-token holder.
 func (m *Machine) List(prefix string, limit int) ([]Lock, bool) {
-	out, more, _ := m.ListIndexed(prefix, limit)
-	return out, more
+	m.mu.RLock()
+	var out []Lock
+	for name, e := range m.locks {
+		if !e.delayed && strings.HasPrefix(name, prefix) {
+			out = append(out, m.viewLock(e, e.holders[0]))
+		}
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if limit > 0 && len(out) > limit {
+		return out[:limit], true
+	}
+	return out, false
 }
 
 // Holders returns every lease holding lock name, by token: one for an
