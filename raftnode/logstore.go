@@ -136,7 +136,7 @@ func openWAL(path string, log hclog.Logger) (*walStore, error) {
 	}
 	meta := &metadb.BoltMetaDB{}
 	w, err := wal.Open(path, wal.WithLogger(log.Named("wal")), wal.WithMetaStore(meta),
-		wal.WithSegmentFiler(segment.NewFiler(path, privateVFS{walfs.New()})))
+		wal.WithSegmentFiler(indexlessSealFiler{segment.NewFiler(path, privateVFS{walfs.New()})}))
 	if err != nil {
 		meta.Close()
 		return nil, fmt.Errorf("open raft log (wal) in %s: %w", path, err)
@@ -150,6 +150,43 @@ func openWAL(path string, log hclog.Logger) (*walStore, error) {
 	}
 	return &walStore{WAL: w, meta: meta}, nil
 }
+
+// indexlessSealFiler works around hashicorp/raft-wal#31 (fixed upstream by
+// PR #33, after v0.4.0, the only release the module proxy serves). When raft
+// clears a log suffix inside the open tail segment (a follower dropping
+// entries a new leader never committed), v0.4.0 marks that segment sealed in
+// its meta database with the new MaxIndex but never writes the segment's
+// index block; every later start then failed to read it ("sealed segment
+// has no index block") and the node could not start. The file itself is
+// whole: each batch was fsynced with its commit frame before raft was told
+// it was stored. So such a segment is opened the way an unsealed tail is
+// recovered, by scanning its frames for their offsets. Entries past MaxIndex
+// (the cleared suffix, still in the file) are never read: the WAL looks an
+// index up in the segment whose meta range holds it.
+type indexlessSealFiler struct{ *segment.Filer }
+
+func (f indexlessSealFiler) Open(info types.SegmentInfo) (types.SegmentReader, error) {
+	if info.SealTime.IsZero() || info.IndexStart != 0 {
+		return f.Filer.Open(info)
+	}
+	w, err := f.Filer.RecoverTail(info)
+	if err != nil {
+		return nil, fmt.Errorf("wal segment from index %d, sealed without an index block (hashicorp/raft-wal#31): %w", info.BaseIndex, err)
+	}
+	if last := w.LastIndex(); last < info.MaxIndex {
+		w.Close()
+		return nil, fmt.Errorf("%w: wal segment from index %d, sealed without an index block, holds entries up to %d; its metadata says %d",
+			types.ErrCorrupt, info.BaseIndex, last, info.MaxIndex)
+	}
+	return readOnlySegment{w}, nil
+}
+
+// readOnlySegment hides the recovering writer's Append: a sealed segment is
+// only ever read.
+type readOnlySegment struct{ w types.SegmentWriter }
+
+func (r readOnlySegment) GetLog(idx uint64) (*types.PooledBuffer, error) { return r.w.GetLog(idx) }
+func (r readOnlySegment) Close() error                                   { return r.w.Close() }
 
 // privateVFS makes each new segment file 0600.
 type privateVFS struct{ *walfs.FS }

@@ -450,3 +450,79 @@ func TestOpenLogStoreUnknownKind(t *testing.T) {
 		t.Fatal("unknown kind accepted")
 	}
 }
+
+// A follower clears a log suffix that a new leader never committed, then
+// appends the leader's entries there (raft's appendEntries: DeleteRange from
+// the first conflict to the last index). raft-wal v0.4.0 then leaves the old
+// tail segment sealed without an index block, and before the workaround
+// (indexlessSealFiler) the next start failed: "sealed segment has no index
+// block" (hashicorp/raft-wal#31). Twice, with restarts between, and the
+// entries read back must be the new ones, never the cleared suffix.
+func TestWALSuffixClearedSurvivesRestarts(t *testing.T) {
+	dir := t.TempDir()
+	rewritten := func(from, to uint64, term uint64) []*raft.Log {
+		ls := entries(from, to)
+		for _, l := range ls {
+			l.Term = term
+		}
+		return ls
+	}
+	wantTerms := func(s *stores, last uint64, terms map[uint64]uint64) {
+		t.Helper()
+		first, got, err := span(s.logs)
+		if err != nil || first != 1 || got != last {
+			t.Fatalf("log holds %d..%d (err %v), want 1..%d", first, got, err, last)
+		}
+		for i := uint64(1); i <= last; i++ {
+			var l raft.Log
+			if err := s.logs.GetLog(i, &l); err != nil {
+				t.Fatalf("entry %d: %v", i, err)
+			}
+			want := uint64(1)
+			for from, term := range terms {
+				if i >= from {
+					want = max(want, term)
+				}
+			}
+			if l.Index != i || l.Term != want || !bytes.Equal(l.Data, entry(i).Data) {
+				t.Fatalf("entry %d read back as index %d term %d, want term %d", i, l.Index, l.Term, want)
+			}
+		}
+	}
+
+	s := openStores(t, dir, LogStoreWAL)
+	for _, b := range [][2]uint64{{1, 5}, {6, 10}} {
+		if err := s.logs.StoreLogs(entries(b[0], b[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.logs.DeleteRange(8, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.logs.StoreLogs(rewritten(8, 12, 2)); err != nil {
+		t.Fatal(err)
+	}
+	wantTerms(s, 12, map[uint64]uint64{8: 2})
+	s.close(t)
+
+	s = openStores(t, dir, LogStoreWAL)
+	wantTerms(s, 12, map[uint64]uint64{8: 2})
+	// Again inside the segment made by the first clearing.
+	if err := s.logs.DeleteRange(11, 12); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.logs.StoreLogs(rewritten(11, 15, 3)); err != nil {
+		t.Fatal(err)
+	}
+	s.close(t)
+
+	s = openStores(t, dir, LogStoreWAL)
+	wantTerms(s, 15, map[uint64]uint64{8: 2, 11: 3})
+	if err := s.logs.StoreLogs(rewritten(16, 20, 3)); err != nil {
+		t.Fatal(err)
+	}
+	s.close(t)
+	s = openStores(t, dir, LogStoreWAL)
+	defer s.close(t)
+	wantTerms(s, 20, map[uint64]uint64{8: 2, 11: 3})
+}
