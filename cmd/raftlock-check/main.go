@@ -6,7 +6,10 @@
 // transfer), and checks the merged history: (a) mutual exclusion of valid
 // leases, (b) fencing tokens, (c) fenced and unfenced registers, (d) the
 // final state of every node, (e) linearizability for a lease-lock model with
-// porcupine. It exits non-zero on any violation and then keeps the run
+// porcupine, and, for sessions, fenced semaphores and shared locks (a share
+// of the cycles, --mix), (h) sessions end once and their holds with them,
+// (i) never more than limit valid permits and per-slot tokens rise, (j) an
+// exclusive hold excludes every other. It exits non-zero on any violation and then keeps the run
 // directory: journals, node logs and porcupine's HTML visualisation.
 //
 //	raftlock-check [--duration 2m] [--seed N] [--raftlock-bin PATH] [--out DIR]
