@@ -9,8 +9,9 @@
 // porcupine, and, for sessions, fenced semaphores and shared locks (a share
 // of the cycles, --mix), (h) sessions end once and their holds with them,
 // (i) never more than limit valid permits and per-slot tokens rise, (j) an
-// exclusive hold excludes every other. It exits non-zero on any violation and then keeps the run
-// directory: journals, node logs and porcupine's HTML visualisation.
+// exclusive hold excludes every other. It exits non-zero on any violation
+// and then keeps the run directory: journals, node logs and porcupine's
+// HTML visualisation.
 //
 //	raftlock-check [--duration 2m] [--seed N] [--raftlock-bin PATH] [--out DIR]
 //
