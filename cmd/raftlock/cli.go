@@ -262,6 +262,13 @@ func (c *cli) fail(err error) int {
 		var held *client.HeldError
 		if errors.As(err, &held) {
 			out["holder"] = map[string]any{"owner": held.Owner, "fencing_token": held.Token}
+			if len(held.Holders) > 0 { // held shared: every holder, as the API's 409 lists them
+				hs := []map[string]any{}
+				for _, h := range held.Holders {
+					hs = append(hs, map[string]any{"owner": h.Owner, "fencing_token": h.Token})
+				}
+				out["holders"] = hs
+			}
 		}
 		c.printJSON(out)
 	}
@@ -285,7 +292,14 @@ func classify(err error) (code int, kind, msg string) {
 	var certErr *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &held):
-		return exitHeld, client.CodeHeld, fmt.Sprintf("%s is held by %q (fencing token %d)", held.Name, held.Owner, held.Token)
+		msg = fmt.Sprintf("%s is held by %q (fencing token %d)", held.Name, held.Owner, held.Token)
+		switch n := len(held.Holders) - 1; {
+		case n == 1:
+			msg += " and 1 other shared holder"
+		case n > 1:
+			msg += fmt.Sprintf(" and %d other shared holders", n)
+		}
+		return exitHeld, client.CodeHeld, msg
 	case errors.Is(err, client.ErrHeld):
 		return exitHeld, client.CodeHeld, detail
 	case errors.Is(err, client.ErrNotHolder):

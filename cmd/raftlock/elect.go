@@ -45,7 +45,7 @@ func electCmd(args []string, stdout, stderr io.Writer, environ env) int {
 func runElect(args []string, stdin io.Reader, stdout, stderr io.Writer, environ env, sigs <-chan os.Signal) int {
 	c := newCLI("elect", electHelp, stdout, stderr)
 	value := c.fs.String("value", "", "what the leader publishes with the lock (at most 4096 bytes)")
-	x, code, ok := parseExec(c, args, environ)
+	x, code, ok := parseExec(c, args, environ, false)
 	if !ok {
 		return code
 	}

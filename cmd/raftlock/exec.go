@@ -79,9 +79,8 @@ type execArgs struct {
 // tests can send them.
 func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ env, sigs <-chan os.Signal) int {
 	c := newCLI("exec", execHelp, stdout, stderr)
-	shared := c.fs.Bool("shared", false, "hold the lock shared, together with other shared holders (no --lock-delay)")
 	semLimit := c.fs.Int("semaphore", 0, "hold a permit of semaphore NAME, which has this many, instead of the lock")
-	x, code, ok := parseExec(c, args, environ)
+	x, code, ok := parseExec(c, args, environ, true)
 	if !ok {
 		return code
 	}
@@ -90,14 +89,10 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ e
 		return asHeld(a.acquire(ctx, cl, c.conn, x.name))
 	}
 	switch {
-	case *shared && *semLimit != 0:
+	case a.shared && *semLimit != 0:
 		return c.usageError(errors.New("--shared and --semaphore exclude each other"))
-	case (*shared || *semLimit != 0) && a.lockDelay > 0:
+	case *semLimit != 0 && a.lockDelay > 0:
 		return c.usageError(errors.New("--lock-delay is for exclusive locks only"))
-	case *shared:
-		take = func(ctx context.Context, cl *client.Client) (held, error) {
-			return asHeld(acquireShared(ctx, a, cl, c.conn, x.name))
-		}
 	case *semLimit != 0:
 		if err := checkLimit(*semLimit); err != nil {
 			return c.usageError(fmt.Errorf("--semaphore: %w", err))
@@ -144,20 +139,6 @@ func asHeld[T held](h T, err error) (held, error) {
 	return h, nil
 }
 
-// acquireShared is acquireFlags.acquire for a shared hold.
-func acquireShared(parent context.Context, a *acquireFlags, cl *client.Client, cn *conn, name string) (*client.Lease, error) {
-	opts := client.AcquireOptions{TTL: a.ttl, Owner: a.owner, LeaseID: a.leaseID, Shared: true}
-	if a.wait == 0 {
-		ctx, cancel := context.WithTimeout(parent, cn.timeout)
-		defer cancel()
-		return cl.TryAcquire(ctx, name, opts)
-	}
-	opts.Wait = min(a.wait, client.MaxWaitRound)
-	ctx, cancel := context.WithTimeout(parent, a.wait)
-	defer cancel()
-	return cl.Acquire(ctx, name, opts)
-}
-
 // prepareCommand resolves the command before the lock is taken, so that a
 // typo does not take it, and makes the client. When ok is false, the caller
 // exits with code.
@@ -197,10 +178,11 @@ func runWhileHeld(c *cli, who string, x execArgs, cmd *exec.Cmd, lease held, env
 
 // parseExec parses exec's flags, the lock's name and the command. With "--",
 // flags may come anywhere before it; without, they end at NAME, so that the
-// command's own flags are left to it. When ok is false, exec exits with code.
-func parseExec(c *cli, args []string, environ env) (x execArgs, code int, ok bool) {
+// command's own flags are left to it. withShared adds --shared (exec's, not
+// elect's). When ok is false, exec exits with code.
+func parseExec(c *cli, args []string, environ env, withShared bool) (x execArgs, code int, ok bool) {
 	c.conn = addConnFlags(c.fs, 10*time.Second, false)
-	x.acquire = addAcquireFlags(c.fs)
+	x.acquire = addAcquireFlags(c.fs, withShared)
 	c.fs.DurationVar(&x.killGrace, "kill-grace", 5*time.Second, "after SIGTERM on a lost lease, wait this long before SIGKILL")
 
 	var pos []string

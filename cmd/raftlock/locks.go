@@ -21,6 +21,10 @@ The lease is not renewed after the command exits: renew it with
 a command runs, use 'raftlock exec'. The lease id is the secret that renews
 and releases the lease: keep it out of logs.
 
+--shared takes the lock in shared mode, together with other shared holders
+(readers): an exclusive holder waits for all of them, and they for it. A
+shared hold has a fencing token of its own and takes no --lock-delay.
+
 Exits 3 when another lease holds the lock (after --wait, if given), 6 when
 the outcome is unknown (the lock may have been taken; that lease is released,
 best effort): run it again with a --lease-id of your own to resend safely.
@@ -29,6 +33,7 @@ Examples:
   raftlock acquire --ttl 30s --owner nightly-report reports/daily
   lease=$(raftlock acquire --json orders/89041 | jq -r .lease_id)
   raftlock acquire --wait 1m orders/89041     # wait up to a minute for it
+  raftlock acquire --shared --ttl 1m schema/orders
 `
 
 const renewHelp = `Usage: raftlock renew --lease-id ID [flags] NAME
@@ -68,14 +73,20 @@ Example:
   raftlock release --force orders/89041
 `
 
-// acquireFlags are the flags of acquire and exec.
+// acquireFlags are the flags of acquire and exec (and elect, without
+// --shared).
 type acquireFlags struct {
 	ttl, wait, lockDelay time.Duration
 	owner, leaseID       string
+	shared               bool
 }
 
-func addAcquireFlags(fs *flag.FlagSet) *acquireFlags {
+// addAcquireFlags adds the flags of a lock acquire; withShared adds --shared.
+func addAcquireFlags(fs *flag.FlagSet, withShared bool) *acquireFlags {
 	a := &acquireFlags{}
+	if withShared {
+		fs.BoolVar(&a.shared, "shared", false, "hold the lock shared, together with other shared holders (no --lock-delay)")
+	}
 	fs.DurationVar(&a.ttl, "ttl", client.DefaultTTL, "lease time to live, 500ms to 1h")
 	fs.StringVar(&a.owner, "owner", defaultOwner(), "who holds the lock, as others see it")
 	fs.DurationVar(&a.wait, "wait", 0, "wait up to this long while another lease holds the lock (0: fail at once)")
@@ -92,15 +103,17 @@ func (a *acquireFlags) check() error {
 		return errors.New("--wait must not be negative")
 	case a.lockDelay < 0:
 		return errors.New("--lock-delay must not be negative")
+	case a.shared && a.lockDelay > 0:
+		return errors.New("--lock-delay is for exclusive locks only")
 	}
 	return checkLeaseID(a.leaseID)
 }
 
-// acquire takes the lock: at once (bounded by --timeout) without --wait,
-// else waiting up to --wait.
+// acquire takes the lock, exclusive or (--shared) shared: at once (bounded
+// by --timeout) without --wait, else waiting up to --wait.
 // Cancelling parent stops a wait.
 func (a *acquireFlags) acquire(parent context.Context, cl *client.Client, cn *conn, name string) (*client.Lease, error) {
-	opts := client.AcquireOptions{TTL: a.ttl, Owner: a.owner, LockDelay: a.lockDelay, LeaseID: a.leaseID}
+	opts := client.AcquireOptions{TTL: a.ttl, Owner: a.owner, LockDelay: a.lockDelay, LeaseID: a.leaseID, Shared: a.shared}
 	if a.wait == 0 {
 		ctx, cancel := context.WithTimeout(parent, cn.timeout)
 		defer cancel()
@@ -119,7 +132,7 @@ func (a *acquireFlags) acquire(parent context.Context, cl *client.Client, cn *co
 		if info, gerr := cl.Get(gctx, name, false); gerr == nil && info.Held {
 			return nil, &client.HeldError{
 				APIError: client.APIError{Status: http.StatusConflict, Code: client.CodeHeld, Message: "still held after --wait"},
-				Name:     name, Owner: info.Owner, Token: info.Token,
+				Name:     name, Owner: info.Owner, Token: info.Token, Holders: info.Holders,
 			}
 		}
 	}
@@ -132,7 +145,7 @@ type leaseOut = api.Lease
 func acquireCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c := newCLI("acquire", acquireHelp, stdout, stderr)
 	c.conn = addConnFlags(c.fs, 10*time.Second, true)
-	a := addAcquireFlags(c.fs)
+	a := addAcquireFlags(c.fs, true)
 	pos, code, ok := c.parse(args, environ, 1, 1)
 	if !ok {
 		return code
@@ -152,12 +165,18 @@ func acquireCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	// The lock outlives this process: stop renewing without releasing.
 	lease.Detach()
 	out := leaseOut{Name: lease.Name(), Owner: lease.Owner(), LeaseID: lease.LeaseID(), FencingToken: lease.Token(), TTLMs: ms(lease.TTL())}
+	if lease.Shared() {
+		out.Mode = api.ModeShared
+	}
 	if c.conn.json {
 		c.printJSON(out)
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "name:      %s\nowner:     %s\ntoken:     %d\nlease_id:  %s\nttl:       %s\n",
-		out.Name, out.Owner, out.FencingToken, out.LeaseID, lease.TTL())
+	fmt.Fprintf(stdout, "name:      %s\nowner:     %s\n", out.Name, out.Owner)
+	if out.Mode != "" {
+		fmt.Fprintf(stdout, "mode:      %s\n", out.Mode)
+	}
+	fmt.Fprintf(stdout, "token:     %d\nlease_id:  %s\nttl:       %s\n", out.FencingToken, out.LeaseID, lease.TTL())
 	return exitOK
 }
 
