@@ -165,6 +165,10 @@ type Machine struct {
 	// maxExpiries is MaxExpiriesPerEntry; tests lower it to reach the cap
 	// with a handful of locks. Replicas must agree on it.
 	maxExpiries int
+	// format5 says the state was reached through a format 5 entry (or a
+	// snapshot of such a state, which is written in version 3): no build
+	// that cannot read format 5 can hold it (ProvenCommandVersion).
+	format5 bool
 }
 
 // New returns an empty machine.
@@ -195,6 +199,9 @@ func (m *Machine) Apply(index, term uint64, data []byte) (Result, error) {
 func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if c.Version >= commandVersion5 || MinVersion(c) >= commandVersion5 {
+		m.format5 = true
+	}
 	m.advance(index, term, c)
 	m.changed, m.freed, m.freedSems, m.expired = nil, nil, nil, 0
 	m.expireDue()
@@ -661,6 +668,23 @@ func (m *Machine) Semaphore(name string) (Semaphore, bool) {
 		out.Holders[i] = m.viewPermit(s, l)
 	}
 	return out, true
+}
+
+// ProvenCommandVersion is the highest command format this state proves
+// committed: 5 once a format 5 entry was applied here, or a snapshot
+// restored whose state had applied one; else 1 (formats 2 to 4 leave no
+// mark in a snapshot). A build that reads only older formats stops at the
+// first format 5 entry and cannot restore a version 3 snapshot, so no such
+// build holds this state or can apply any entry after it: a leader may
+// write format 5 whatever its survey of the members says
+// (raftnode/DESIGN.md, "The gate").
+func (m *Machine) ProvenCommandVersion() uint8 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.format5 {
+		return commandVersion5
+	}
+	return commandVersion1
 }
 
 // Clock returns the FSM clock as of the last applied entry.

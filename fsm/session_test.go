@@ -204,3 +204,45 @@ func TestSnapshotVersion3RoundTrip(t *testing.T) {
 		t.Fatalf("session index after PrepareRestore: %d", s.Index)
 	}
 }
+
+// Once a format 5 entry is applied the state proves it (the leader's
+// format gate trusts that), also after every session and permit ended and
+// through a snapshot: it is written in version 3, which no older build
+// restores, and restoring it proves format 5 again. A log of older formats
+// proves nothing and is still written in version 2.
+func TestFormat5StaysProvenAfterItsStateEnds(t *testing.T) {
+	l := newLog(t)
+	l.at(0).apply(Command{Version: commandVersion4, Op: OpAcquire, Name: "plain", LeaseID: "L0", TTL: 1000, Value: "v"})
+	if v := l.m.ProvenCommandVersion(); v != commandVersion1 {
+		t.Fatalf("a format 4 log proves format %d", v)
+	}
+	l.apply(createSession("S", 1000, 0))
+	l.apply(sessionAcquire("a", "L1", "S"))
+	l.apply(v5(Command{Op: OpSessionClose, SessionID: "S"}))
+	if _, ok := l.m.Session("S"); ok || len(l.m.Holders("a")) != 0 {
+		t.Fatal("the session's state did not end")
+	}
+	if v := l.m.ProvenCommandVersion(); v != commandVersion5 {
+		t.Fatalf("after a format 5 entry: proves %d", v)
+	}
+	snap := snapshotBytes(t, l.m)
+	if snap[len(snapshotMagic)] != snapshotVersion3 {
+		t.Fatalf("written as version %d after format 5 entries", snap[len(snapshotMagic)])
+	}
+	r := New()
+	if err := r.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatal(err)
+	}
+	if v := r.ProvenCommandVersion(); v != commandVersion5 {
+		t.Fatalf("restored: proves %d", v)
+	}
+	if !bytes.Equal(snapshotBytes(t, r), snap) {
+		t.Fatal("restored state writes other bytes")
+	}
+	// A plain command in format 5 proves it as well: it stops old builds.
+	p := newLog(t)
+	p.at(0).apply(v5(tick()))
+	if v := p.m.ProvenCommandVersion(); v != commandVersion5 {
+		t.Fatalf("a format 5 tick proves %d", v)
+	}
+}

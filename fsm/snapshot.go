@@ -18,11 +18,13 @@ import (
 // tombstone floor and the tombstones (name, index) sorted by name. Version 1
 // is still read: indexes 0, no values, no tombstones.
 //
-// Version 3 carries sessions, semaphores and shared holders (below). A
-// state that has none of them is still written in version 2, byte for byte
-// as before: during a rolling upgrade old and new replicas then hash equal
-// states alike (the state check), and a format 3 snapshot appears only once
-// format 5 entries exist, which only a cluster of new builds writes.
+// Version 3 carries sessions, semaphores and shared holders (below). It is
+// written once the state has applied a format 5 entry (Machine.format5),
+// even when none of those is left, and only then: before it, during a
+// rolling upgrade, old and new replicas write equal states byte for byte
+// alike (the state check hashes them), and after it no old build holds the
+// state. Restoring version 3 sets format5 again, so a restored replica and
+// one that replayed the log keep writing the same version.
 const (
 	snapshotMagic    = "RAFTLOCK-SNAP"
 	snapshotVersion1 = 1
@@ -86,7 +88,7 @@ type Snapshot struct {
 	sems     []snapSem
 	tombs    []tomb
 	floor    uint64
-	v3       bool // anything version 2 cannot carry
+	v3       bool // format 5 applied, or anything version 2 cannot carry
 }
 
 // snapLock is one lock of a Snapshot: its holders are leases[first:first+n];
@@ -112,7 +114,7 @@ func (m *Machine) Snapshot() *Snapshot {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	s := &Snapshot{clock: m.clock, locks: make([]snapLock, 0, len(m.locks)), leases: make([]Lock, 0, len(m.locks)),
-		nodes: make(map[string]string, len(m.nodes)), v3: len(m.sessions) > 0 || len(m.sems) > 0}
+		nodes: make(map[string]string, len(m.nodes)), v3: m.format5 || len(m.sessions) > 0 || len(m.sems) > 0}
 	for _, e := range m.locks {
 		if e.delayed {
 			s.leases = append(s.leases, e.gone)
@@ -459,6 +461,7 @@ func (m *Machine) Restore(r io.Reader) error {
 	m.mu.Lock()
 	m.clock, m.locks, m.sems, m.sessions, m.timers, m.held, m.nodes = n.clock, n.locks, n.sems, n.sessions, n.timers, n.held, n.nodes
 	m.tombs, m.tombHeap, m.floor = n.tombs, n.tombHeap, n.floor
+	m.format5 = v >= snapshotVersion3
 	m.mu.Unlock()
 	return nil
 }

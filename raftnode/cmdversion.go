@@ -21,6 +21,12 @@ import (
 // format 3 (fsm.OpInVersion): until the gate allows 3 the leader refuses it
 // with ErrNotSupportedYet (writes.go, integrity.go). See fsm/DESIGN.md,
 // "Command versions".
+//
+// The gate also allows what the applied state proves already committed
+// (fsm.Machine.ProvenCommandVersion): once a format 5 entry is committed, a
+// member that cannot read it has stopped there for good, so a leader that
+// cannot hear every member (one is down) still writes format 5, and
+// sessions are renewed through a minority's outage (DESIGN.md, "The gate").
 
 // cmdFormat is what a survey found: in term, with the configuration at
 // member set configKey, the leader may write version.
@@ -32,16 +38,24 @@ type cmdFormat struct {
 
 // CommandVersion is the command format this node writes now: the surveyed
 // version if it leads and has surveyed its members in the current term, else
-// 1 (read by every build).
+// 1 (read by every build); at least what its applied state proves the log
+// already holds.
 func (n *Node) CommandVersion() uint8 {
 	return n.commandVersionIn(n.raft.CurrentTerm())
 }
 
 func (n *Node) commandVersionIn(term uint64) uint8 {
+	v := uint8(1)
 	if f := n.cmdFormat.Load(); f != nil && f.term == term {
-		return f.version
+		v = f.version
 	}
-	return 1
+	return max(v, n.provenVersion())
+}
+
+// provenVersion is the format the applied state proves committed: every
+// member that can still apply entries reads it (fsm.ProvenCommandVersion).
+func (n *Node) provenVersion() uint8 {
+	return min(n.machine.ProvenCommandVersion(), fsm.MaxCommandVersion)
 }
 
 // needFormatSurvey says whether the members' formats must be (re)surveyed:
@@ -84,14 +98,17 @@ func formatFor(members []raft.Server, reports map[raft.ServerID]report) (uint8, 
 // configuration configKey, allows, and logs when what this leader
 // writes changes.
 func (n *Node) recordFormat(term uint64, config string, members []raft.Server, reports map[raft.ServerID]report) {
-	v, why := formatFor(members, reports)
+	surveyed, why := formatFor(members, reports)
 	was := n.commandVersionIn(term)
-	prev := n.cmdFormat.Swap(&cmdFormat{term: term, configKey: config, version: v})
+	prev := n.cmdFormat.Swap(&cmdFormat{term: term, configKey: config, version: surveyed})
+	v := n.commandVersionIn(term)
 	switch {
 	case v != was:
 		n.log.Info("command format for new log entries changed", "version", v, "was", was, "term", term, "members", len(members)+1, "held_back_by", why)
 	case v < fsm.MaxCommandVersion && (prev == nil || prev.term != term):
 		n.log.Info("writing an older command format: not every member reads the newest", "version", v, "newest", fsm.MaxCommandVersion, "term", term, "held_back_by", why)
+	case surveyed < v && (prev == nil || prev.term != term):
+		n.log.Info("writing the format the committed log already holds, though not every member answered for it", "version", v, "surveyed", surveyed, "term", term, "held_back_by", why)
 	}
 }
 
