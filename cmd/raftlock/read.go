@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 
 const getHelp = `Usage: raftlock get [flags] NAME
 
-Shows whether lock NAME is held, and by whom: owner, fencing token and TTL.
-The answer is linearizable (the leader confirms it leads before answering)
+Shows whether lock NAME is held, and by whom: owner, fencing token and TTL;
+for a lock held shared, every holder (with its time left when the leader
+answers). The answer is linearizable (the leader confirms it leads before answering)
 unless --stale lets any node answer from its own, possibly lagging, state.
 A free lock is not an error: 'get' exits 0 either way (see "held" in --json).
 
@@ -27,7 +29,8 @@ Examples:
 const listHelp = `Usage: raftlock list [flags] [PREFIX]
 
 Lists the held locks whose names start with PREFIX (or --prefix), sorted by
-name. When more locks match than --limit, the list is cut there and a note
+name. A lock held shared has a row per holder, and the list then has a MODE
+column. When more locks match than --limit, the list is cut there and a note
 goes to stderr ("truncated": true in --json).
 
 Examples:
@@ -44,10 +47,24 @@ func lockOut(info *client.LockInfo) any {
 }
 
 func heldOut(info *client.LockInfo) api.Lock {
-	return api.Lock{Name: info.Name, Held: true, Owner: info.Owner, FencingToken: info.Token, TTLMs: ms(info.TTL), Value: info.Value, Index: info.Index}
+	out := api.Lock{Name: info.Name, Held: true, Owner: info.Owner, FencingToken: info.Token, TTLMs: ms(info.TTL), Value: info.Value, Index: info.Index}
+	if info.Shared {
+		out.Mode = api.ModeShared
+		out.Holders = []api.LockHolder{}
+		for _, h := range info.Holders {
+			lh := api.LockHolder{Owner: h.Owner, FencingToken: h.Token, TTLMs: ms(h.TTL)}
+			if h.Remaining >= 0 {
+				r := ms(h.Remaining)
+				lh.RemainingMs = &r
+			}
+			out.Holders = append(out.Holders, lh)
+		}
+	}
+	return out
 }
 
-// printLock prints one lock: JSON, or one line of text.
+// printLock prints one lock: JSON, or a line of text (and a line per
+// holder of a lock held shared).
 func printLock(c *cli, info *client.LockInfo) {
 	if c.conn.json {
 		c.printJSON(lockOut(info))
@@ -57,7 +74,18 @@ func printLock(c *cli, info *client.LockInfo) {
 		fmt.Fprintf(c.stdout, "%s: free\n", info.Name)
 		return
 	}
-	fmt.Fprintf(c.stdout, "%s: held by %q, token %d, ttl %s\n", info.Name, info.Owner, info.Token, info.TTL)
+	if !info.Shared || len(info.Holders) == 0 {
+		fmt.Fprintf(c.stdout, "%s: held by %q, token %d, ttl %s\n", info.Name, info.Owner, info.Token, info.TTL)
+		return
+	}
+	fmt.Fprintf(c.stdout, "%s: held shared by %d holders\n", info.Name, len(info.Holders))
+	for _, h := range info.Holders {
+		fmt.Fprintf(c.stdout, "  %q, token %d, ttl %s", h.Owner, h.Token, h.TTL)
+		if h.Remaining >= 0 {
+			fmt.Fprintf(c.stdout, ", %s left", h.Remaining)
+		}
+		fmt.Fprintln(c.stdout)
+	}
 }
 
 func getCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -113,15 +141,40 @@ func listCmd(args []string, stdout, stderr io.Writer, environ env) int {
 			fmt.Fprintln(stdout, "no locks held")
 			return exitOK
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tTTL")
-		for _, l := range list.Locks {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", l.Name, l.Owner, l.Token, l.TTL)
-		}
-		tw.Flush()
+		printLockTable(stdout, list.Locks)
 		if list.Truncated {
 			fmt.Fprintf(stderr, "raftlock list: more locks match; showing the first %d (raise --limit)\n", len(list.Locks))
 		}
 		return exitOK
 	})
+}
+
+// printLockTable prints held locks, a row per holder. The MODE column comes
+// only when a lock is held shared, so that a list of exclusive holds reads
+// as it always has.
+func printLockTable(w io.Writer, locks []client.LockInfo) {
+	withMode := slices.ContainsFunc(locks, func(l client.LockInfo) bool { return l.Shared })
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if withMode {
+		fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tTTL\tMODE")
+	} else {
+		fmt.Fprintln(tw, "NAME\tOWNER\tTOKEN\tTTL")
+	}
+	for _, l := range locks {
+		mode := api.ModeExclusive
+		if l.Shared {
+			mode = api.ModeShared
+		}
+		switch {
+		case len(l.Holders) > 0:
+			for _, h := range l.Holders {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, h.Owner, h.Token, h.TTL, mode)
+			}
+		case withMode:
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.Name, l.Owner, l.Token, l.TTL, mode)
+		default:
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", l.Name, l.Owner, l.Token, l.TTL)
+		}
+	}
+	tw.Flush()
 }
