@@ -253,14 +253,19 @@ func (c *cli) withClient(do func(ctx context.Context, cl *client.Client) int) in
 }
 
 // fail reports err in one line on stderr (and, with --json, as
-// {"error", "message"} on stdout) and returns its exit code.
+// {"error", "message"} on stdout, with the details the API's answer had:
+// the holders of a held lock or a full semaphore, a semaphore's limit) and
+// returns its exit code.
 func (c *cli) fail(err error) int {
 	code, kind, msg := classify(err)
 	fmt.Fprintf(c.stderr, "raftlock %s: %s\n", c.name, msg)
 	if c.conn != nil && c.conn.json {
 		out := map[string]any{"error": kind, "message": msg}
 		var held *client.HeldError
-		if errors.As(err, &held) {
+		var full *client.FullError
+		var mismatch *client.LimitMismatchError
+		switch {
+		case kind == client.CodeHeld && errors.As(err, &held):
 			out["holder"] = map[string]any{"owner": held.Owner, "fencing_token": held.Token}
 			if len(held.Holders) > 0 { // held shared: every holder, as the API's 409 lists them
 				hs := []map[string]any{}
@@ -269,6 +274,14 @@ func (c *cli) fail(err error) int {
 				}
 				out["holders"] = hs
 			}
+		case kind == client.CodeFull && errors.As(err, &full):
+			hs := []api.PermitHolder{}
+			for _, h := range full.Holders {
+				hs = append(hs, api.PermitHolder{Owner: h.Owner, Slot: h.Slot, FencingToken: h.Token})
+			}
+			out["holders"] = hs
+		case kind == client.CodeLimitMismatch && errors.As(err, &mismatch):
+			out["limit"] = mismatch.Limit
 		}
 		c.printJSON(out)
 	}
@@ -283,10 +296,14 @@ func (c *cli) printJSON(v any) {
 
 // classify maps an error of the client to an exit code, a short kind for
 // --json ("held", "not_holder", "unavailable", "unknown_outcome",
-// "bad_request", "error") and a one-line message.
+// "bad_request", "full", "limit_mismatch", "no_session", "session_full",
+// "error") and a one-line message. The codes are those of docs/API.md,
+// "Command line".
 func classify(err error) (code int, kind, msg string) {
 	detail := strings.ReplaceAll(err.Error(), "raftlock: ", "")
 	var held *client.HeldError
+	var full *client.FullError
+	var mismatch *client.LimitMismatchError
 	var apiErr *client.APIError
 	var netErr net.Error
 	var certErr *tls.CertificateVerificationError
@@ -302,6 +319,14 @@ func classify(err error) (code int, kind, msg string) {
 		return exitHeld, client.CodeHeld, msg
 	case errors.Is(err, client.ErrHeld):
 		return exitHeld, client.CodeHeld, detail
+	case errors.As(err, &full):
+		return exitHeld, client.CodeFull, fmt.Sprintf("semaphore %s is full: all %d permits are held", full.Name, len(full.Holders))
+	case errors.Is(err, client.ErrFull):
+		return exitHeld, client.CodeFull, detail
+	case errors.As(err, &mismatch):
+		return exitError, client.CodeLimitMismatch, fmt.Sprintf("semaphore %s is held with limit %d (the first holder sets it)", mismatch.Name, mismatch.Limit)
+	case errors.Is(err, client.ErrLimitMismatch):
+		return exitError, client.CodeLimitMismatch, detail
 	case errors.Is(err, client.ErrNotHolder):
 		return exitNotHolder, client.CodeNotHolder, "not holder: this lease does not hold the lock (it expired, was released, or never held it)"
 	case errors.Is(err, client.ErrLeaseLost):
@@ -315,6 +340,10 @@ func classify(err error) (code int, kind, msg string) {
 		}
 		return exitUnknown, client.CodeUnknownOutcome, "outcome unknown: the request may have been applied, or may still be; " +
 			"check with 'raftlock get' or resend it with the same --lease-id (" + detail + ")"
+	case errors.Is(err, client.ErrNoSession):
+		return exitNotHolder, client.CodeNoSession, "no session: it expired or was closed (or never existed)"
+	case errors.Is(err, client.ErrSessionFull):
+		return exitError, client.CodeSessionFull, fmt.Sprintf("the session holds %d leases, the most it may", api.MaxLeasesPerSession)
 	case errors.Is(err, client.ErrNoLeader) && errors.As(err, &apiErr):
 		return exitUnavailable, "unavailable", "no leader: the cluster is electing one or has lost its quorum (" + apiErr.Message + ")"
 	case errors.As(err, &certErr):

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -458,5 +459,43 @@ func TestCLIUnknownOutcome(t *testing.T) {
 	defer mu.Unlock()
 	if len(paths) < 3 {
 		t.Errorf("requests %v", paths)
+	}
+}
+
+// TestCLIClassify: every command maps the errors of sessions and
+// semaphores to the exit codes of docs/API.md ("Command line"), as it maps
+// held and not_holder; an unknown outcome stays 6 whatever it wraps.
+func TestCLIClassify(t *testing.T) {
+	apiErr := func(status int, code string) *client.APIError {
+		return &client.APIError{Status: status, Code: code, Message: code}
+	}
+	full := &client.FullError{APIError: *apiErr(http.StatusConflict, client.CodeFull), Name: "pool",
+		Holders: []client.Holder{{Owner: "a", Token: 5}, {Owner: "b", Slot: 1, Token: 6}}}
+	mismatch := &client.LimitMismatchError{APIError: *apiErr(http.StatusConflict, client.CodeLimitMismatch), Name: "pool", Limit: 2}
+	tests := []struct {
+		name string
+		err  error
+		code int
+		kind string
+		msg  string // regexp
+	}{
+		{"full", full, exitHeld, client.CodeFull, `^semaphore pool is full: all 2 permits are held$`},
+		{"full, wrapped", fmt.Errorf("acquire: %w", full), exitHeld, client.CodeFull, `is full`},
+		{"limit mismatch", mismatch, exitError, client.CodeLimitMismatch, `^semaphore pool is held with limit 2 \(the first holder sets it\)$`},
+		{"no session", apiErr(http.StatusNotFound, client.CodeNoSession), exitNotHolder, client.CodeNoSession, `^no session: it expired or was closed`},
+		{"session full", apiErr(http.StatusConflict, client.CodeSessionFull), exitError, client.CodeSessionFull, `^the session holds 4096 leases, the most it may$`},
+		{"no session, outcome unknown", fmt.Errorf("%w: %w", client.ErrUnknownOutcome, apiErr(http.StatusNotFound, client.CodeNoSession)),
+			exitUnknown, client.CodeUnknownOutcome, `^outcome unknown`},
+		{"held, as before", &client.HeldError{APIError: *apiErr(http.StatusConflict, client.CodeHeld), Name: "x", Owner: "o", Token: 3},
+			exitHeld, client.CodeHeld, `^x is held by "o" \(fencing token 3\)$`},
+		{"not holder, as before", apiErr(http.StatusConflict, client.CodeNotHolder), exitNotHolder, client.CodeNotHolder, `^not holder`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, kind, msg := classify(tt.err)
+			if code != tt.code || kind != tt.kind || !regexp.MustCompile(tt.msg).MatchString(msg) {
+				t.Errorf("classify = %d, %q, %q; want %d, %q, %q", code, kind, msg, tt.code, tt.kind, tt.msg)
+			}
+		})
 	}
 }

@@ -114,7 +114,7 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ e
 		return signalCode(sig)
 	}
 	if err != nil {
-		return failIssue15(c, err) // exit 6 when the acquire's outcome is unknown
+		return c.fail(err) // exit 6 when the acquire's outcome is unknown
 	}
 	if p, ok := lease.(*client.Permit); ok {
 		environ = append(environ, "RAFTLOCK_SEMAPHORE_SLOT="+strconv.Itoa(p.Slot()))

@@ -140,7 +140,7 @@ func semAcquireCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	defer cl.Close()
 	p, err := acquirePermit(context.Background(), cl, c.conn, pos[0], *limit, s)
 	if err != nil {
-		return failIssue15(c, err)
+		return c.fail(err)
 	}
 	// The permit outlives this process: stop renewing without releasing.
 	p.Detach()
@@ -185,7 +185,7 @@ func semRenewCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
 		p, err := cl.RenewSemaphore(ctx, pos[0], *id, *ttl)
 		if err != nil {
-			return failIssue15(c, err)
+			return c.fail(err)
 		}
 		if c.conn.json {
 			c.printJSON(api.Permit{Name: p.Name, Owner: p.Owner, LeaseID: *id, Slot: p.Slot, FencingToken: p.Token, Limit: int64(p.Limit), TTLMs: ms(p.TTL)})
@@ -209,7 +209,7 @@ func semReleaseCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	}
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
 		if err := cl.ReleaseSemaphore(ctx, pos[0], *id); err != nil {
-			return failIssue15(c, err)
+			return c.fail(err)
 		}
 		if c.conn.json {
 			c.printJSON(map[string]any{"name": pos[0], "released": true})
@@ -230,7 +230,7 @@ func semShowCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
 		s, err := cl.Semaphore(ctx, pos[0])
 		if err != nil {
-			return failIssue15(c, err)
+			return c.fail(err)
 		}
 		if c.conn.json {
 			c.printJSON(semaphoreOut(s))

@@ -123,7 +123,7 @@ func sessionCreateCmd(args []string, stdout, stderr io.Writer, environ env) int 
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
 		s, err := cl.CreateSession(ctx, client.SessionOptions{Owner: *owner, TTL: *ttl, LockDelay: *lockDelay, ID: *id})
 		if err != nil {
-			return failIssue15(c, err)
+			return c.fail(err)
 		}
 		printSession(c, s)
 		return exitOK
@@ -147,7 +147,7 @@ func sessionRenewCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
 		s, err := cl.RenewSession(ctx, *id, *ttl)
 		if err != nil {
-			return failIssue15(c, err)
+			return c.fail(err)
 		}
 		printSession(c, s)
 		return exitOK
@@ -167,7 +167,7 @@ func sessionCloseCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
 		n, err := cl.CloseSession(ctx, *id)
 		if err != nil {
-			return failIssue15(c, err)
+			return c.fail(err)
 		}
 		if c.conn.json {
 			c.printJSON(api.SessionClosed{Closed: true, Released: n})
@@ -198,7 +198,7 @@ func sessionShowCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
 		s, err := cl.Session(ctx, *id)
 		if err != nil {
-			return failIssue15(c, err)
+			return c.fail(err)
 		}
 		if c.conn.json {
 			c.printJSON(sessionInfoOut(*id, s))
@@ -242,41 +242,4 @@ func sessionInfoOut(id string, s *client.SessionInfo) api.SessionInfo {
 		out.Leases = append(out.Leases, sl)
 	}
 	return out
-}
-
-// failIssue15 reports the errors of sessions and semaphores, which the
-// common classify does not know, and leaves the rest to c.fail.
-func failIssue15(c *cli, err error) int {
-	var full *client.FullError
-	var mismatch *client.LimitMismatchError
-	code, kind, msg := 0, "", ""
-	out := map[string]any{}
-	switch {
-	case errors.As(err, &full):
-		code, kind = exitHeld, client.CodeFull
-		msg = fmt.Sprintf("semaphore %s is full: all %d permits are held", full.Name, len(full.Holders))
-		hs := []api.PermitHolder{}
-		for _, h := range full.Holders {
-			hs = append(hs, api.PermitHolder{Owner: h.Owner, Slot: h.Slot, FencingToken: h.Token})
-		}
-		out["holders"] = hs
-	case errors.As(err, &mismatch):
-		code, kind = exitError, client.CodeLimitMismatch
-		msg = fmt.Sprintf("semaphore %s is held with limit %d (the first holder sets it)", mismatch.Name, mismatch.Limit)
-		out["limit"] = mismatch.Limit
-	case errors.Is(err, client.ErrNoSession) && !errors.Is(err, client.ErrUnknownOutcome):
-		code, kind = exitNotHolder, client.CodeNoSession
-		msg = "no session: it expired or was closed (or never existed)"
-	case errors.Is(err, client.ErrSessionFull) && !errors.Is(err, client.ErrUnknownOutcome):
-		code, kind = exitError, client.CodeSessionFull
-		msg = fmt.Sprintf("the session holds %d leases, the most it may", api.MaxLeasesPerSession)
-	default:
-		return c.fail(err)
-	}
-	fmt.Fprintf(c.stderr, "raftlock %s: %s\n", c.name, msg)
-	if c.conn != nil && c.conn.json {
-		out["error"], out["message"] = kind, msg
-		c.printJSON(out)
-	}
-	return code
 }
