@@ -162,9 +162,11 @@ type Machine struct {
 	freed     []string
 	freedSems []string
 	expired   int
-	// maxExpiries is MaxExpiriesPerEntry; tests lower it to reach the cap
-	// with a handful of locks. Replicas must agree on it.
-	maxExpiries int
+	// maxExpiries is MaxExpiriesPerEntry, maxCommandExpiries
+	// MaxExpiriesPerCommand; tests lower them to reach the caps with a
+	// handful of locks. Replicas must agree on them.
+	maxExpiries        int
+	maxCommandExpiries int
 	// format5 says the state was reached through a format 5 entry (or a
 	// snapshot of such a state, which is written in version 3): no build
 	// that cannot read format 5 can hold it (ProvenCommandVersion).
@@ -175,7 +177,7 @@ type Machine struct {
 func New() *Machine {
 	return &Machine{locks: make(map[string]*entry), sems: make(map[string]*semaphore), sessions: make(map[string]*session),
 		nodes: make(map[string]string), tombs: make(map[string]*tomb),
-		maxExpiries: MaxExpiriesPerEntry, maxTombs: MaxTombstones}
+		maxExpiries: MaxExpiriesPerEntry, maxCommandExpiries: MaxExpiriesPerCommand, maxTombs: MaxTombstones}
 }
 
 // MaxTombstones bounds how many freed locks keep their index (DESIGN.md,
@@ -204,7 +206,7 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	}
 	m.advance(index, term, c)
 	m.changed, m.freed, m.freedSems, m.expired = nil, nil, nil, 0
-	m.expireDue()
+	m.expireDue(m.expiryBudget(c))
 	// A command settles what it acts on whatever the cap left, so it acts
 	// on it as of Now.
 	switch c.Op {
@@ -299,18 +301,39 @@ func (m *Machine) advance(index, term uint64, c Command) {
 // change.
 const MaxExpiriesPerEntry = 4096
 
+// MaxExpiriesPerCommand bounds, from command format 5, the due timers a
+// command other than a tick settles besides what it acts on: only ticks
+// settle in bulk, so during a mass expiry a client's entry costs little
+// and the leader's back-to-back ticks do the work. A due session that does
+// not fit it whole is left to the ticks, even as the entry's first timer.
+// Replicas must agree on it: changing it is a log format change.
+const MaxExpiriesPerCommand = 64
+
+// expiryBudget is how many leases' timers entry c settles besides what its
+// command acts on, and whether it settles its first due timer whatever
+// that costs (a session over the budget). Format 4 and older entries, and
+// ticks, settle as they always did.
+func (m *Machine) expiryBudget(c Command) (budget int, first bool) {
+	if c.Version < commandVersion5 || c.Op == OpTick {
+		return m.maxExpiries, true
+	}
+	return min(m.maxExpiries, m.maxCommandExpiries), false
+}
+
 // expireDue settles the timers whose time has come, earliest first (in the
-// total order of timerHeap), within MaxExpiriesPerEntry. It runs on every
-// entry, so all replicas expire a lease at the same log position.
-func (m *Machine) expireDue() {
-	for n := 0; n < m.maxExpiries && len(m.timers) > 0 && m.timers[0].until <= m.clock.Now; {
+// total order of timerHeap), within budget, stopping at the first that does
+// not fit (a session's leases end together, in a later entry) unless first
+// lets the entry's first timer through. It runs on every entry, so all
+// replicas expire a lease at the same log position.
+func (m *Machine) expireDue(budget int, first bool) {
+	for n := 0; n < budget && len(m.timers) > 0 && m.timers[0].until <= m.clock.Now; {
 		t := m.timers[0]
 		cost := 1
 		if t.kind == timerSession {
 			cost = max(1, len(t.sess.leases))
 		}
-		if n > 0 && n+cost > m.maxExpiries {
-			return // a session's leases end together, in the next entry
+		if n+cost > budget && (n > 0 || !first) {
+			return
 		}
 		n += cost
 		m.settle(t)

@@ -60,7 +60,7 @@ func FuzzRestoreAnywhere(f *testing.F) {
 		if len(data) < 2 {
 			return
 		}
-		maxExpiries, data := 1+int(data[0]%4), data[1:]
+		maxExpiries, maxCommandExpiries, data := 1+int(data[0]%4), int(data[0]/4%3), data[1:]
 		next := func(n int) int {
 			if len(data) == 0 {
 				return 0
@@ -70,6 +70,6 @@ func FuzzRestoreAnywhere(f *testing.F) {
 			return int(b) % n
 		}
 		// About four choices per entry; bounded so one input stays fast.
-		checkRestoreAnywhere(t, genLog(next, min(len(data)/4+1, 200)), maxExpiries)
+		checkRestoreAnywhere(t, genLog(next, min(len(data)/4+1, 200)), maxExpiries, maxCommandExpiries)
 	})
 }

@@ -141,7 +141,7 @@ func TestSessionFull(t *testing.T) {
 }
 
 // The cap counts leases ended; a session's leases are never split across
-// entries, and an entry always settles at least one due timer.
+// entries, and a tick always settles at least one due timer.
 func TestSessionExpiryIsNeverSplit(t *testing.T) {
 	l := newLog(t)
 	l.m.maxExpiries = 3
