@@ -265,7 +265,8 @@ func TestCLIUsage(t *testing.T) {
 		{nil, []string{"cluster", "status", "x"}, exitUsage, `unexpected argument "x"`},
 		{nil, []string{"health", "--live", "--ready"}, exitUsage, "exclude each other"},
 		{nil, []string{"health", "--addr", "http://a:1", "--endpoints", "http://b:1"}, exitUsage, "exclude each other"},
-		{nil, []string{"exec", "x"}, exitUsage, "missing the command to run"},
+		{nil, []string{"exec", "x"}, exitUsage, `missing the command to run \(raftlock exec NAME -- COMMAND\)`},
+		{nil, []string{"elect", "x"}, exitUsage, `^raftlock elect: missing the command to run \(raftlock elect NAME -- COMMAND\)`},
 		{nil, []string{"exec", "--", "true"}, exitUsage, "missing arguments"},
 		{nil, []string{"exec", "x", "--kill-grace", "-1s", "--", "true"}, exitUsage, "--kill-grace must not be negative"},
 		// Not usage errors, but decided before any request is sent.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,6 +126,10 @@ func TestElect(t *testing.T) {
 		if got := waitFile(t, filepath.Join(dir, "term")); got != "TERM\n" {
 			t.Errorf("marker %q", got)
 		}
+		// The supervision is exec's, but it speaks as elect.
+		if s := r.stderr.String(); !strings.Contains(s, "raftlock elect: lease on svc/lost lost (the cluster says this lease no longer holds the lock); sending SIGTERM") || strings.Contains(s, "raftlock exec") {
+			t.Errorf("stderr %q", s)
+		}
 	})
 
 	t.Run("kill -9 of the leader: the other leads within TTL + 2s", func(t *testing.T) {
@@ -163,6 +169,72 @@ func TestElect(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, second+".go"), nil, 0o644)
 		if err := procs[second].Wait(); err != nil {
 			t.Errorf("second leader: %v; stderr %s", err, errs[second])
+		}
+	})
+}
+
+// fakeHeld is a lease for runWhileHeld without a cluster.
+type fakeHeld struct {
+	lost       chan struct{}
+	releaseErr error
+}
+
+func (f *fakeHeld) Token() uint64                 { return 7 }
+func (f *fakeHeld) Lost() <-chan struct{}         { return f.lost }
+func (f *fakeHeld) Err() error                    { return client.ErrNotHolder }
+func (f *fakeHeld) Release(context.Context) error { return f.releaseErr }
+
+// TestElectSupervisionMessages: the messages of the supervision that elect
+// shares with exec name the command that runs it.
+func TestElectSupervisionMessages(t *testing.T) {
+	run := func(t *testing.T, lease *fakeHeld, killGrace time.Duration, script string, extra ...string) (int, string) {
+		t.Helper()
+		var stdout, stderr syncBuffer
+		c := newCLI("elect", electHelp, &stdout, &stderr)
+		c.conn = &conn{timeout: 5 * time.Second}
+		x := execArgs{name: "svc/msg", argv: []string{"sh", "-c", script}, killGrace: killGrace}
+		cmd := exec.Command(x.argv[0], x.argv[1:]...)
+		code := runWhileHeld(c, "raftlock elect", x, cmd, lease, append(env(os.Environ()), extra...), nil, &stdout, &stderr, nil)
+		t.Logf("exit %d, stderr %q", code, stderr.String())
+		return code, stderr.String()
+	}
+
+	t.Run("lost, then SIGKILL", func(t *testing.T) {
+		dir := t.TempDir()
+		lease := &fakeHeld{lost: make(chan struct{})}
+		go func() {
+			// The command ignores SIGTERM once it has written env. (No t
+			// here: this is not the test's goroutine. If env never comes,
+			// the loss does anyway, and the messages are checked below.)
+			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(filepath.Join(dir, "env")); err == nil {
+					break
+				}
+			}
+			close(lease.lost)
+		}()
+		code, stderr := run(t, lease, 50*time.Millisecond, ignoreTerm+writeEnv+spin, "DIR="+dir)
+		if code != exitNotHolder {
+			t.Errorf("exit %d, want %d", code, exitNotHolder)
+		}
+		for _, want := range []string{
+			"raftlock elect: lease on svc/msg lost (the cluster says this lease no longer holds the lock); sending SIGTERM to the command\n",
+			"raftlock elect: the command did not stop within 50ms of SIGTERM; sending SIGKILL\n",
+		} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("stderr lacks %q", want)
+			}
+		}
+		if strings.Contains(stderr, "raftlock exec") {
+			t.Errorf("stderr names exec: %q", stderr)
+		}
+	})
+
+	t.Run("release fails after the command", func(t *testing.T) {
+		lease := &fakeHeld{lost: make(chan struct{}), releaseErr: errors.New("release refused")}
+		code, stderr := run(t, lease, time.Second, "exit 3")
+		if code != 3 || stderr != "raftlock elect: release refused (the lock expires after its TTL)\n" {
+			t.Errorf("exit %d, stderr %q; want the command's 3 and elect's message", code, stderr)
 		}
 	})
 }

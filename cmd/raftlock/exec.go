@@ -172,8 +172,8 @@ func runWhileHeld(c *cli, who string, x execArgs, cmd *exec.Cmd, lease held, env
 		}
 		return startFailure(err)
 	}
-	waitErr, lossReported := child.supervise(lease, sigs, x.killGrace, x.name, stderr)
-	return releaseAndExitCode(lease, release, waitErr, lossReported, x.name, stderr)
+	waitErr, lossReported := child.supervise(who, lease, sigs, x.killGrace, x.name, stderr)
+	return releaseAndExitCode(who, lease, release, waitErr, lossReported, x.name, stderr)
 }
 
 // parseExec parses exec's flags, the lock's name and the command. With "--",
@@ -200,7 +200,7 @@ func parseExec(c *cli, args []string, environ env, withShared bool) (x execArgs,
 	}
 	x.name = pos[0]
 	if len(x.argv) == 0 {
-		return x, c.usageError(errors.New("missing the command to run (raftlock exec NAME -- COMMAND)")), false
+		return x, c.usageError(fmt.Errorf("missing the command to run (raftlock %s NAME -- COMMAND)", c.name)), false
 	}
 	if err := x.acquire.check(); err != nil {
 		return x, c.usageError(err), false
@@ -245,10 +245,11 @@ func (ch *child) signalGroup(s syscall.Signal) {
 
 // supervise waits for the command to end, forwarding the signals from sigs
 // to its group. If the lease is lost meanwhile, it stops the command:
-// SIGTERM, then SIGKILL once killGrace has passed. It returns Wait's error
-// and whether it reported the loss (the lease may still be lost after the
-// command ended, unreported).
-func (ch *child) supervise(lease held, sigs <-chan os.Signal, killGrace time.Duration, name string, stderr io.Writer) (waitErr error, lossReported bool) {
+// SIGTERM, then SIGKILL once killGrace has passed, saying so as who
+// ("raftlock exec", "raftlock elect"). It returns Wait's error and whether
+// it reported the loss (the lease may still be lost after the command
+// ended, unreported).
+func (ch *child) supervise(who string, lease held, sigs <-chan os.Signal, killGrace time.Duration, name string, stderr io.Writer) (waitErr error, lossReported bool) {
 	lost := lease.Lost()
 	var kill <-chan time.Time // fires killGrace after the SIGTERM
 	for {
@@ -261,24 +262,24 @@ func (ch *child) supervise(lease held, sigs <-chan os.Signal, killGrace time.Dur
 			}
 		case <-lost:
 			lost, lossReported = nil, true
-			fmt.Fprintf(stderr, "raftlock exec: lease on %s lost (%s); sending SIGTERM to the command\n", name, lostReason(lease))
+			fmt.Fprintf(stderr, "%s: lease on %s lost (%s); sending SIGTERM to the command\n", who, name, lostReason(lease))
 			ch.signalGroup(syscall.SIGTERM)
 			t := time.NewTimer(killGrace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(stderr, "raftlock exec: the command did not stop within %s of SIGTERM; sending SIGKILL\n", killGrace)
+			fmt.Fprintf(stderr, "%s: the command did not stop within %s of SIGTERM; sending SIGKILL\n", who, killGrace)
 			ch.signalGroup(syscall.SIGKILL)
 		}
 	}
 }
 
 // releaseAndExitCode releases the lease once the command has ended and
-// returns exec's exit code: exitNotHolder if the lease was lost by then (the
-// command's work may not have been protected by the lock), else the
-// command's own.
-func releaseAndExitCode(lease held, release func() error, waitErr error, lossReported bool, name string, stderr io.Writer) int {
+// returns exec's (or elect's: who) exit code: exitNotHolder if the lease was
+// lost by then (the command's work may not have been protected by the
+// lock), else the command's own.
+func releaseAndExitCode(who string, lease held, release func() error, waitErr error, lossReported bool, name string, stderr io.Writer) int {
 	lost := false
 	select {
 	case <-lease.Lost():
@@ -288,14 +289,14 @@ func releaseAndExitCode(lease held, release func() error, waitErr error, lossRep
 	rerr := release()
 	if lost {
 		if !lossReported { // lost after the command ended, before the release
-			fmt.Fprintf(stderr, "raftlock exec: lease on %s lost (%s) before the command's end was known\n", name, lostReason(lease))
+			fmt.Fprintf(stderr, "%s: lease on %s lost (%s) before the command's end was known\n", who, name, lostReason(lease))
 		}
 		return exitNotHolder
 	}
 	if rerr != nil && !errors.Is(rerr, client.ErrLeaseLost) {
 		// The command's result stands (a lease lost after the command ended
 		// protected all of its work); the lock frees itself after its TTL.
-		fmt.Fprintf(stderr, "raftlock exec: %v (the lock expires after its TTL)\n", rerr)
+		fmt.Fprintf(stderr, "%s: %v (the lock expires after its TTL)\n", who, rerr)
 	}
 	return exitCode(waitErr)
 }
