@@ -29,13 +29,13 @@ const (
 )
 
 // DefaultLogStore is the log store of a node whose Config leaves it empty.
-// BoltDB: raft-wal v0.4.0 (the only release the module proxy serves) was
-// measured faster (scripts/bench-compare.sh), but after raft clears a log
-// suffix (a follower that held entries a new leader never committed, after
-// any leader change with writes in flight) it leaves a sealed segment with
-// no index block, and the node cannot restart ("sealed segment has no index
-// block", upstream hashicorp/raft-wal#31). Seen here on the second restart of
-// a 3-node cluster after a benchmark. A default must never strand a node.
+// BoltDB, although raft-wal v0.4.0 (the only release the module proxy
+// serves) was measured faster (scripts/bench-compare.sh): its segment sealed
+// without an index after raft clears a log suffix (hashicorp/raft-wal#31)
+// is now reopened (indexlessSealFiler), but with the WAL as the default the
+// cmd/raftlock suite twice timed out in a single-node test waiting 45 s for
+// a snapshot that covers its last entry (passing when run alone), which is
+// not explained yet. A default must never strand a node.
 const DefaultLogStore = LogStoreBoltDB
 
 // The WAL's directories in the data dir. A migration builds the WAL in
