@@ -361,6 +361,10 @@ func classify(err error) (code int, kind, msg string) {
 			detail = "no answer in time; last error: " + strings.TrimSuffix(last, ")")
 		}
 		return exitUnavailable, "unavailable", "cluster unavailable: " + detail
+	case errors.As(err, &apiErr) && apiErr.Code == api.CodeNotSupportedYet:
+		// As when --timeout ends first (above): refused before anything
+		// was written, and the same exit whichever comes first.
+		return exitUnavailable, "unavailable", "not supported yet, nothing applied: " + apiErr.Message
 	}
 	return exitError, "error", detail
 }

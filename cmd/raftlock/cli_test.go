@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/client"
 	"github.com/raftlock/raftlock/internal/clustertest"
 )
@@ -490,6 +492,11 @@ func TestCLIClassify(t *testing.T) {
 		{"held, as before", &client.HeldError{APIError: *apiErr(http.StatusConflict, client.CodeHeld), Name: "x", Owner: "o", Token: 3},
 			exitHeld, client.CodeHeld, `^x is held by "o" \(fencing token 3\)$`},
 		{"not holder, as before", apiErr(http.StatusConflict, client.CodeNotHolder), exitNotHolder, client.CodeNotHolder, `^not holder`},
+		// The client gives up on it after a few seconds: exit 5, as when
+		// --timeout is shorter.
+		{"not supported yet", apiErr(http.StatusServiceUnavailable, api.CodeNotSupportedYet), exitUnavailable, "unavailable", `^not supported yet, nothing applied: not_supported_yet$`},
+		{"not supported yet, --timeout first", fmt.Errorf("%w (last error: %w)", context.DeadlineExceeded, apiErr(http.StatusServiceUnavailable, api.CodeNotSupportedYet)),
+			exitUnavailable, "unavailable", `^cluster unavailable: no answer in time; last error: not_supported_yet`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -66,7 +66,8 @@ writing), and the holder's next renew fails with not_holder. It prints the
 lease it ended, or that no lease held the lock (free, or in its lock-delay:
 exit 0 either way). It needs every node at command_version 3
 (raftlock cluster status); until then the leader refuses it
-(not_supported_yet) and this command retries until --timeout.
+(not_supported_yet): this command retries for a few seconds, within
+--timeout, then exits 5, with nothing applied.
 
 Example:
   RAFTLOCK_LEASE_ID=$lease raftlock release orders/89041
