@@ -19,7 +19,7 @@ const (
 	exitUsage       = 2 // bad flags or arguments, or a request the server calls bad_request
 	exitHeld        = 3 // the lock is held by another lease
 	exitNotHolder   = 4 // the lease does not hold the lock (exec: the lease was lost)
-	exitUnavailable = 5 // no leader, overloaded, or no node answered within --timeout
+	exitUnavailable = 5 // no leader, overloaded, not_supported_yet, or no node answered within --timeout
 	exitUnknown     = 6 // the write may or may not have been applied (504 unknown_outcome)
 )
 
@@ -54,13 +54,15 @@ token in RAFTLOCK_TOKEN or --token-file FILE.
 
 Exit codes:
   0  success
-  1  any other error
+  1  any other error (also limit_mismatch and session_full)
   2  usage: bad flags or arguments (also a request the server rejects as bad_request)
-  3  held: another lease holds the lock; leader: nobody leads
+  3  held: another lease holds the lock; full: every permit of the semaphore
+     is held; leader: nobody leads
   4  not holder: the lease does not hold the lock (expired, released);
-     exec: the lease was lost while the command ran, and the command was stopped
-  5  unavailable: no leader, overloaded, or no node answered within --timeout;
-     nothing was applied
+     exec: the lease was lost while the command ran, and the command was stopped;
+     no_session: the session expired, was closed or never existed
+  5  unavailable: no leader, overloaded, not_supported_yet (a node still runs
+     an older build), or no node answered within --timeout; nothing was applied
   6  outcome unknown: the write may have been applied (or may still be) and
      --timeout ran out before it was certain; check with 'raftlock get', or
      resend it with the same --lease-id
