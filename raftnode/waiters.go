@@ -54,7 +54,10 @@ type waitQueue struct {
 
 type lockQueue struct {
 	waiters  []*waiter
-	granting bool // a grant for the head is in flight
+	granting bool // a serve is deciding or a grant for the head is in flight
+	// dirty: a free event came while granting; the serve looks again
+	// before it leaves, since nothing else would bring it back.
+	dirty bool
 }
 
 type waiter struct {
@@ -202,7 +205,11 @@ func (q *waitQueue) freed(names []string) {
 	q.mu.Lock()
 	var todo []string
 	for _, name := range names {
-		if lq := q.locks[name]; lq != nil && !lq.granting {
+		switch lq := q.locks[name]; {
+		case lq == nil:
+		case lq.granting:
+			lq.dirty = true // the serve deciding may have read the state before this change
+		default:
 			todo = append(todo, name)
 		}
 	}
@@ -222,12 +229,17 @@ func (q *waitQueue) serve(name string) {
 	for {
 		q.mu.Lock()
 		lq := q.locks[name]
+		if lq != nil && lq.granting {
+			lq.dirty = true // the serve in progress looks again before it leaves
+		}
 		if lq == nil || lq.granting || len(lq.waiters) == 0 || q.closed {
 			q.mu.Unlock()
 			return
 		}
 		w := lq.waiters[0]
-		lq.granting = true
+		// Every state read below comes after this: a change applied before
+		// it is seen, one applied after it sets dirty again.
+		lq.granting, lq.dirty = true, false
 		q.mu.Unlock()
 
 		var res fsm.Result
@@ -242,9 +254,14 @@ func (q *waitQueue) serve(name string) {
 
 		q.mu.Lock()
 		lq.granting = false
+		again := lq.dirty
+		lq.dirty = false
 		if err == nil && res.Status == q.busy {
 			if !q.closed {
 				q.mu.Unlock()
+				if again {
+					continue // freed while deciding: the head may be grantable now
+				}
 				return
 			}
 			// Leadership ended while the grant was in flight and close left
@@ -260,7 +277,7 @@ func (q *waitQueue) serve(name string) {
 		q.mu.Unlock()
 
 		w.done <- waitResult{r: res, err: err}
-		if err == nil && res.Status == fsm.StatusOK && (!q.runs || !q.nextGrantable(name)) {
+		if err == nil && res.Status == fsm.StatusOK && !again && (!q.runs || !q.nextGrantable(name)) {
 			return // the lock is taken: wait for the next free event
 		}
 		// An error (overloaded, say) answers only the head: the lock may

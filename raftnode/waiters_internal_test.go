@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -296,4 +297,86 @@ func TestWaiterWhoseLeaseHoldsIsAnsweredAsTheHolder(t *testing.T) {
 	if a.err != nil || a.res.Status != fsm.StatusOK || a.res.Lock.Token != 7 {
 		t.Fatalf("second attempt of the holding lease answered %+v, %v; want OK with token 7", a.res, a.err)
 	}
+}
+
+// A writer parked behind two shared holders is served when the second
+// leaves while the serve started by the first one's leaving is deciding
+// (it read holders [B], then B's release was applied and its free event
+// came while the serve held lq.granting). Before, that event was dropped,
+// the serve found the head not grantable and returned: the lock was free,
+// the writer parked until its wait_ms ran out, and every acquire that does
+// not wait was refused held (queued) with no holder at all.
+func TestWriterServedWhenLastReaderLeavesDuringDecision(t *testing.T) {
+	m := fsm.New()
+	var mu sync.Mutex
+	var index uint64
+	var q *waitQueue
+	apply := func(c fsm.Command) (fsm.Result, error) {
+		mu.Lock()
+		index++
+		c.Version, c.StampTerm = fsm.MaxCommandVersion, 1
+		r := m.ApplyCommand(index, 1, c)
+		mu.Unlock()
+		q.freed(r.Freed) // as Node.onApplied, on the FSM goroutine, before the proposer hears back
+		return r, nil
+	}
+	q = newNodeWaiters(apply, m, 10, 10)
+	timer := make(chan time.Time)
+	q.after = func(time.Duration) <-chan time.Time { return timer }
+	q.open()
+
+	reader := func(id string) fsm.Command {
+		return fsm.Command{Op: fsm.OpAcquire, Name: "x", Owner: id, LeaseID: id, TTL: 60_000, Mode: fsm.ModeShared}
+	}
+	for _, id := range []string{"reader-A", "reader-B"} {
+		if r, _ := apply(reader(id)); r.Status != fsm.StatusOK {
+			t.Fatalf("%s: %v", id, r.Status)
+		}
+	}
+	writer := fsm.Command{Op: fsm.OpAcquire, Name: "x", Owner: "writer", LeaseID: "writer", TTL: 60_000}
+	held, _ := apply(writer)
+	if held.Status != fsm.StatusHeld {
+		t.Fatalf("writer: %v, want held", held.Status)
+	}
+	// The interleaving: reader A's release starts a serve; it reads the
+	// holders ([B]: the writer cannot be granted yet) and just then reader
+	// B's release is applied. (Installed before the writer parks: it
+	// fires only once a single reader is left.)
+	var fired atomic.Bool
+	orig := q.grantable
+	q.grantable = func(c fsm.Command) bool {
+		g := orig(c)
+		if c.LeaseID == "writer" && len(m.Holders("x")) == 1 && fired.CompareAndSwap(false, true) {
+			apply(fsm.Command{Op: fsm.OpRelease, Name: "x", LeaseID: "reader-B"})
+		}
+		return g
+	}
+	answer := make(chan waitResult, 1)
+	go func() {
+		r, err := q.wait(context.Background(), writer, held, time.Hour)
+		answer <- waitResult{r, err}
+	}()
+	for q.size() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+
+	apply(fsm.Command{Op: fsm.OpRelease, Name: "x", LeaseID: "reader-A"})
+
+	select {
+	case a := <-answer:
+		if a.err != nil || a.r.Status != fsm.StatusOK {
+			t.Fatalf("writer answered %+v, %v; want the grant", a.r, a.err)
+		}
+		return // served: no bug
+	case <-time.After(3 * time.Second):
+	}
+	if !fired.Load() {
+		t.Fatal("the interleaving did not happen")
+	}
+	free := len(m.Holders("x")) == 0
+	queued := q.queued("x")
+	timer <- time.Now() // the writer's wait_ms runs out
+	a := <-answer
+	t.Fatalf("lock free: %v, writer still parked (non-waiting acquires refused as queued: %v) for 3 s; at the end of its wait it got %v (holder token %d), not the free lock",
+		free, queued, a.r.Status, a.r.Holder.Token)
 }
