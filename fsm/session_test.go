@@ -118,6 +118,43 @@ func TestSessionCreateIdempotent(t *testing.T) {
 	}
 }
 
+// A create retried with the same id and owner but another TTL or
+// lock-delay is refused and leaves the live session as it was: its first
+// caller holds leases it times with its own TTL, and a "retry" that shrank
+// the TTL or dropped the lock-delay under it (as it did before) let
+// another lease take a lock that caller still believed it held.
+func TestSessionCreateRetryWithOtherTermsRefused(t *testing.T) {
+	l := newLog(t).at(0)
+	create := Command{Version: commandVersion5, Op: OpSessionCreate, SessionID: "S", Owner: "w", TTL: 60_000, LockDelay: 5_000}
+	first := l.apply(create)
+	if first.Status != StatusOK {
+		t.Fatal(first.Status)
+	}
+	if r := l.apply(Command{Version: commandVersion5, Op: OpAcquire, Name: "x", Owner: "w", LeaseID: "L", SessionID: "S"}); r.Status != StatusOK {
+		t.Fatal(r.Status)
+	}
+	for _, terms := range []struct{ ttl, delay int64 }{{1_000, 0}, {1_000, 5_000}, {60_000, 0}, {120_000, 5_000}} {
+		retry := create
+		retry.TTL, retry.LockDelay = terms.ttl, terms.delay
+		if r := l.at(10).apply(retry); r.Status != StatusInvalid {
+			t.Fatalf("create retried with ttl %d, lock-delay %d: %v (session %+v), want refused", terms.ttl, terms.delay, r.Status, r.Session)
+		}
+	}
+	s, alive := l.m.Session("S")
+	if !alive || s.TTL != 60_000 || s.LockDelay != 5_000 || s.Index != first.Session.Index || s.Deadline != 60_000*ms {
+		t.Fatalf("after refused retries: alive %v, %+v (first %+v)", alive, s, first.Session)
+	}
+	// 2 s later the first caller holds "x" for about 58 s more.
+	if got := l.at(2_010).apply(Command{Version: commandVersion5, Op: OpAcquire, Name: "x", Owner: "other", LeaseID: "L2", TTL: 1_000}); got.Status != StatusHeld {
+		t.Fatalf("another lease's acquire of x 2 s after the retries: %v (token %d)", got.Status, got.Lock.Token)
+	}
+	// The same terms again: idempotent, and the deadline counts from it.
+	if r := l.at(3_000).apply(create); r.Status != StatusOK || r.Session.Index != first.Session.Index || r.Session.Deadline != 63_000*ms {
+		t.Fatalf("same-terms retry: %v %+v", r.Status, r.Session)
+	}
+}
+
+
 // A session holds at most MaxLeasesPerSession leases.
 func TestSessionFull(t *testing.T) {
 	l := newLog(t)

@@ -46,20 +46,19 @@ func (m *Machine) viewSession(s *session) Session {
 	return v
 }
 
-// sessionCreate makes session c.SessionID, or refreshes it when the same
-// owner creates it again (a client retrying after a timeout): its TTL and
-// lock-delay become c's and its deadline moves from now. Another owner's
-// session of that id is StatusInvalid.
+// sessionCreate makes session c.SessionID, or refreshes it when it is
+// created again with the same terms (a client retrying after a timeout):
+// its deadline moves from now. A create of a live id with another owner,
+// TTL or lock-delay is StatusInvalid and changes nothing: the first
+// caller times the leases it holds with its own TTL and counts on its
+// lock-delay, so a "retry" must not rewrite them under it.
 func (m *Machine) sessionCreate(index uint64, c Command) Result {
 	if c.SessionID == "" || c.TTL <= 0 || c.LockDelay < 0 {
 		return Result{Status: StatusInvalid}
 	}
 	if s, ok := m.sessions[c.SessionID]; ok {
-		if s.s.Owner != c.Owner {
+		if s.s.Owner != c.Owner || s.s.TTL != c.TTL || s.s.LockDelay != c.LockDelay {
 			return Result{Status: StatusInvalid}
-		}
-		if s.s.TTL != c.TTL || s.s.LockDelay != c.LockDelay {
-			s.s.TTL, s.s.LockDelay, s.s.Index = c.TTL, c.LockDelay, index
 		}
 		m.setSessionDeadline(s)
 		return Result{Status: StatusOK, Session: m.viewSession(s)}
