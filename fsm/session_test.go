@@ -154,6 +154,45 @@ func TestSessionCreateRetryWithOtherTermsRefused(t *testing.T) {
 	}
 }
 
+// A session renew that changes the TTL moves the index of every lock and
+// semaphore of the session, whose ttl_ms (the session's) changed with it,
+// and names the locks in Changed: a blocking read on one of them hears of
+// the change. A renew that keeps the TTL moves nothing.
+func TestSessionTTLChangeMovesLockIndex(t *testing.T) {
+	l := newLog(t).at(0)
+	l.apply(v5(Command{Op: OpSessionCreate, SessionID: "S", Owner: "w", TTL: 10_000}))
+	l.apply(sessionAcquire("x", "L", "S"))
+	l.apply(v5(Command{Op: OpAcquire, Name: "r", Owner: "w", LeaseID: "R", SessionID: "S", Mode: ModeShared}))
+	l.apply(v5(Command{Op: OpAcquire, Name: "r", Owner: "v", LeaseID: "R2", TTL: 5_000, Mode: ModeShared}))
+	l.apply(v5(Command{Op: OpSemAcquire, Name: "p", Owner: "w", LeaseID: "P", SessionID: "S", Limit: 2}))
+	l.apply(acquire("other", "O", 5_000))
+	before, _, idx := l.m.Lookup("x")
+	semBefore, _ := l.m.Semaphore("p")
+	_, _, otherIdx := l.m.Lookup("other")
+
+	r := l.at(10).apply(v5(Command{Op: OpSessionRenew, SessionID: "S", TTL: 30_000}))
+	after, _, idx2 := l.m.Lookup("x")
+	_, _, rIdx := l.m.Lookup("r")
+	semAfter, _ := l.m.Semaphore("p")
+	_, _, otherIdx2 := l.m.Lookup("other")
+	if after.TTL == before.TTL || idx2 == idx || idx2 != r.Session.Index || rIdx != idx2 {
+		t.Fatalf("lock x: ttl_ms %d -> %d, index %d -> %d; lock r index %d; the renew's index %d", before.TTL, after.TTL, idx, idx2, rIdx, r.Session.Index)
+	}
+	if semAfter.Index == semBefore.Index || semAfter.Holders[0].TTL != 30_000 {
+		t.Fatalf("semaphore p: index %d -> %d, holder %+v", semBefore.Index, semAfter.Index, semAfter.Holders[0])
+	}
+	if otherIdx2 != otherIdx {
+		t.Fatalf("a lock outside the session moved: %d -> %d", otherIdx, otherIdx2)
+	}
+	if fmt.Sprint(r.Changed) != "[r x]" {
+		t.Fatalf("Changed %v, want [r x]", r.Changed)
+	}
+
+	r = l.at(20).apply(v5(Command{Op: OpSessionRenew, SessionID: "S", TTL: 30_000}))
+	if _, _, idx3 := l.m.Lookup("x"); idx3 != idx2 || len(r.Changed) != 0 {
+		t.Fatalf("a renew keeping the TTL: index %d -> %d, Changed %v", idx2, idx3, r.Changed)
+	}
+}
 
 // A session holds at most MaxLeasesPerSession leases.
 func TestSessionFull(t *testing.T) {

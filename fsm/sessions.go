@@ -89,9 +89,25 @@ func (m *Machine) sessionRenew(index uint64, c Command) Result {
 	}
 	if c.TTL > 0 && c.TTL != s.s.TTL {
 		s.s.TTL, s.s.Index = c.TTL, index
+		m.touchSessionLeases(s, index)
 	}
 	m.setSessionDeadline(s)
 	return Result{Status: StatusOK, Session: m.viewSession(s)}
+}
+
+// touchSessionLeases moves the index of every lock and semaphore where s
+// holds a lease: their ttl_ms is the session's, and a change of ttl_ms
+// moves the index (API.md), which wakes blocking reads. Only a TTL change
+// gets here, so the cost (the session's leases, at most
+// MaxLeasesPerSession) is paid rarely.
+func (m *Machine) touchSessionLeases(s *session, index uint64) {
+	for _, l := range s.sorted() {
+		if l.lock.Limit > 0 {
+			m.sems[l.lock.Name].index = index
+		} else if e := m.locks[l.lock.Name]; e.index != index {
+			m.touch(e)
+		}
+	}
 }
 
 // sessionClose ends a session and all its leases at this entry, without
