@@ -69,3 +69,44 @@ func machineWith(n int) *Machine {
 	}
 	return m
 }
+
+// BenchmarkSessionRenew applies one renew of a session holding 1 or
+// MaxLeasesPerSession leases: what every replica pays per keepalive.
+func BenchmarkSessionRenew(b *testing.B) {
+	for _, leases := range []int{1, MaxLeasesPerSession} {
+		b.Run(strconv.Itoa(leases), func(b *testing.B) {
+			m, index := sessionWith(leases)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				index++
+				if r := m.ApplyCommand(index, 1, Command{Version: commandVersion5, Op: OpSessionRenew, StampTerm: 1, SessionID: "S"}); r.Status != StatusOK {
+					b.Fatal(r.Status)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSessionRead reads a session of MaxLeasesPerSession leases with
+// its leases (GET /v1/sessions/{id}).
+func BenchmarkSessionRead(b *testing.B) {
+	m, _ := sessionWith(MaxLeasesPerSession)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if s, ok := m.Session("S"); !ok || len(s.Leases) != MaxLeasesPerSession {
+			b.Fatal(len(s.Leases))
+		}
+	}
+}
+
+// sessionWith is a machine with session "S" holding n locks, and the last
+// index applied.
+func sessionWith(n int) (*Machine, uint64) {
+	m := New()
+	m.ApplyCommand(1, 1, Command{Version: commandVersion5, Op: OpSessionCreate, StampTerm: 1, SessionID: "S", Owner: "o", TTL: 60_000})
+	for i := 0; i < n; i++ {
+		m.ApplyCommand(uint64(i+2), 1, Command{Version: commandVersion5, Op: OpAcquire, StampTerm: 1, Name: "s/" + strconv.Itoa(i), Owner: "o", LeaseID: "L" + strconv.Itoa(i), SessionID: "S"})
+	}
+	return m, uint64(n + 1)
+}

@@ -120,7 +120,8 @@ type Result struct {
 	Holders []Lock
 	// Limit: on StatusLimitMismatch, the semaphore's current limit.
 	Limit int64
-	// Session: the session as it now stands, for session ops with StatusOK.
+	// Session: the session as it now stands, for session ops with StatusOK,
+	// without its leases (Leases nil: Machine.Session reads them).
 	Session Session
 	// Ended: for a session close, how many leases it ended.
 	Ended int

@@ -1,13 +1,14 @@
 package fsm
 
 import (
+	"cmp"
 	"container/heap"
-	"sort"
+	"slices"
 )
 
 // session is a live session and the leases it holds.
 type session struct {
-	s      Session // Leases unused: computed on read
+	s      Session // Leases always nil: computed on read (viewSession)
 	t      timer
 	leases map[*lease]struct{}
 }
@@ -15,27 +16,35 @@ type session struct {
 // sorted is the session's leases in a fixed order: locks, then permits,
 // each by name, then token. Everything that acts on all of them goes in
 // this order, so every replica does the same.
+// (The key is unique: one entry grants one lease, so any sort gives this
+// order.)
 func (s *session) sorted() []*lease {
 	out := make([]*lease, 0, len(s.leases))
 	for l := range s.leases {
 		out = append(out, l)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := &out[i].lock, &out[j].lock
+	slices.SortFunc(out, func(x, y *lease) int {
+		a, b := &x.lock, &y.lock
 		if (a.Limit > 0) != (b.Limit > 0) {
-			return b.Limit > 0
+			if a.Limit > 0 {
+				return 1
+			}
+			return -1
 		}
-		if a.Name != b.Name {
-			return a.Name < b.Name
+		if c := cmp.Compare(a.Name, b.Name); c != 0 {
+			return c
 		}
-		return a.Token < b.Token
+		return cmp.Compare(a.Token, b.Token)
 	})
 	return out
 }
 
+// viewSession is s with its leases, for reads. Session writes answer with
+// s.s alone: every replica applies them, and the view of 4,096 leases is
+// milliseconds of work nobody reads there.
 func (m *Machine) viewSession(s *session) Session {
 	v := s.s
-	v.Leases = nil
+	v.Leases = make([]Lock, 0, len(s.leases))
 	for _, l := range s.sorted() {
 		if l.lock.Limit > 0 {
 			v.Leases = append(v.Leases, m.viewPermit(m.sems[l.lock.Name], l))
@@ -61,14 +70,14 @@ func (m *Machine) sessionCreate(index uint64, c Command) Result {
 			return Result{Status: StatusInvalid}
 		}
 		m.setSessionDeadline(s)
-		return Result{Status: StatusOK, Session: m.viewSession(s)}
+		return Result{Status: StatusOK, Session: s.s}
 	}
 	s := &session{s: Session{ID: c.SessionID, Owner: c.Owner, TTL: c.TTL, LockDelay: c.LockDelay, Index: index}, leases: map[*lease]struct{}{}}
 	s.s.Deadline = m.clock.Now + c.TTL*1e6
 	s.t = timer{until: s.s.Deadline, name: s.s.ID, kind: timerSession, sess: s}
 	heap.Push(&m.timers, &s.t)
 	m.sessions[s.s.ID] = s
-	return Result{Status: StatusOK, Session: m.viewSession(s)}
+	return Result{Status: StatusOK, Session: s.s}
 }
 
 func (m *Machine) setSessionDeadline(s *session) {
@@ -92,7 +101,7 @@ func (m *Machine) sessionRenew(index uint64, c Command) Result {
 		m.touchSessionLeases(s, index)
 	}
 	m.setSessionDeadline(s)
-	return Result{Status: StatusOK, Session: m.viewSession(s)}
+	return Result{Status: StatusOK, Session: s.s}
 }
 
 // touchSessionLeases moves the index of every lock and semaphore where s
@@ -112,7 +121,7 @@ func (m *Machine) touchSessionLeases(s *session, index uint64) {
 
 // sessionClose ends a session and all its leases at this entry, without
 // lock-delay (the holder says it is done). Result.Session is the session
-// as it stood, Ended how many leases it ended.
+// as it stood (without its leases), Ended how many leases it ended.
 func (m *Machine) sessionClose(c Command) Result {
 	if c.SessionID == "" {
 		return Result{Status: StatusInvalid}
@@ -121,6 +130,5 @@ func (m *Machine) sessionClose(c Command) Result {
 	if !ok {
 		return Result{Status: StatusNoSession}
 	}
-	v := m.viewSession(s)
-	return Result{Status: StatusOK, Session: v, Ended: m.endSession(s, false)}
+	return Result{Status: StatusOK, Session: s.s, Ended: m.endSession(s, false)}
 }
