@@ -53,6 +53,10 @@ func (r *sessionCloseRequest) validate() error { return validID("session_id", r.
 // sessionOutcome turns the state machine's result for a session command
 // into the contract's answer.
 func sessionOutcome(r fsm.Result, cmd fsm.Command) (int, any, error) {
+	if r.Status == fsm.StatusInvalid && cmd.Op == fsm.OpSessionCreate {
+		// The request was valid, so the id is live on other terms.
+		return 0, nil, badRequest("session_id: in use by a session of another owner, ttl_ms or lock_delay_ms (session exists with other terms); a retried create must repeat the terms it was made with, else use another session_id")
+	}
 	if r.Status != fsm.StatusOK {
 		return refusal(r, cmd)
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -42,7 +43,28 @@ func TestSessionCreate(t *testing.T) {
 	// The same id with another owner: the state machine refuses it.
 	f = answering(fsm.Result{Status: fsm.StatusInvalid})
 	rec = do(t, newServer(f), http.MethodPost, "/v1/sessions", `{"owner":"worker-b","ttl_ms":10000,"session_id":"`+sessA+`"}`)
-	wantError(t, rec, http.StatusBadRequest, api.CodeBadRequest, "session_id: in use by a session of another owner")
+	wantError(t, rec, http.StatusBadRequest, api.CodeBadRequest, "session_id: in use by a session of another owner, ttl_ms or lock_delay_ms (session exists with other terms)")
+}
+
+// A create retried with the id and owner of a live session but another
+// ttl_ms or lock_delay_ms is 400 and leaves the session as it was; the
+// same terms again are the same session.
+func TestSessionCreateWithOtherTermsIs400(t *testing.T) {
+	s := newServer(newLeader("n1"))
+	var sess api.Session
+	post(t, s, "/v1/sessions", `{"owner":"w","ttl_ms":60000,"lock_delay_ms":5000}`, &sess)
+	for _, body := range []string{
+		`{"owner":"w","ttl_ms":1000,"lock_delay_ms":5000,"session_id":%q}`,
+		`{"owner":"w","ttl_ms":60000,"session_id":%q}`,
+	} {
+		wantError(t, do(t, s, http.MethodPost, "/v1/sessions", fmt.Sprintf(body, sess.SessionID)),
+			http.StatusBadRequest, api.CodeBadRequest, "session exists with other terms")
+	}
+	var again api.Session
+	post(t, s, "/v1/sessions", fmt.Sprintf(`{"owner":"w","ttl_ms":60000,"lock_delay_ms":5000,"session_id":%q}`, sess.SessionID), &again)
+	if again != sess {
+		t.Fatalf("same-terms retry: %+v, first %+v", again, sess)
+	}
 }
 
 func TestSessionRenewAndClose(t *testing.T) {
