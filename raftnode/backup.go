@@ -199,8 +199,12 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 		n.log.Warn("tick after restore failed", "error", err)
 	}
 	// Acquires parked here wait for a release that may never come: the
-	// restore freed their locks without one. A lock still held keeps them.
+	// restore freed their locks and permits without one. A lock still held
+	// (a semaphore still full) keeps them.
 	n.waiters.freed(n.waiters.parkedNames())
+	if sems := n.waiters.sems; sems != nil {
+		sems.freed(sems.parkedNames())
+	}
 	// The leader loop may sleep an hour when no lease existed before:
 	// the restored leases need its ticks to expire on time.
 	select {
@@ -223,7 +227,8 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) error {
 	return err
 }
 
-// parkedNames returns the locks someone waits for.
+// parkedNames returns the locks (in a semaphore queue: the semaphores)
+// someone waits for.
 func (q *waitQueue) parkedNames() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -294,3 +294,42 @@ func TestRestoreServesParkedAcquires(t *testing.T) {
 		t.Fatal("the parked acquire was not served after the restore freed its lock")
 	}
 }
+
+// A semaphore acquire parked on a semaphore the restore frees is granted at
+// once, as a lock's is (TestRestoreServesParkedAcquires). Before, the
+// restore woke only the lock queue: the waiter stayed parked until its wait
+// ran out, and every acquire that did not wait was answered full by a
+// semaphore nobody held, listing no holder.
+func TestRestoreServesParkedSemaphoreAcquires(t *testing.T) {
+	c, _ := startFormat5(t)
+	ctx := clustertest.Context(t, time.Minute)
+	var backup bytes.Buffer
+	if _, err := c.Leader().Backup(ctx, &backup); err != nil { // nobody holds "pool"
+		t.Fatal(err)
+	}
+	one := func(lease string) fsm.Command {
+		cmd := semCmd(lease)
+		cmd.Limit = 1
+		return cmd
+	}
+	mustApply(t, c, one("h1"), fsm.StatusOK)
+	w := parkAcquire(t, c, ctx, one("w1"))
+	if _, err := c.Leader().Restore(ctx, bytes.NewReader(backup.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-w:
+		if a.err != nil || a.r.Status != fsm.StatusOK || a.r.Lock.Slot != 0 {
+			t.Fatalf("waiter: %+v, %v", a.r, a.err)
+		}
+	case <-time.After(15 * time.Second):
+		r, err := c.Leader().Acquire(ctx, one("late"), 0)
+		t.Fatalf("semaphore free after the restore, but its waiter is still parked after 15 s (%d parked); a non-waiting acquire now gets %v (%v) with %d holders",
+			c.Leader().Waiters(), r.Status, err, len(r.Holders))
+	}
+	// Held by the waiter now: an acquire that does not wait is full and
+	// names it.
+	if r, err := c.Leader().Acquire(ctx, one("late"), 0); err != nil || r.Status != fsm.StatusFull || len(r.Holders) != 1 || r.Holders[0].Owner != "w1" {
+		t.Fatalf("a non-waiting acquire after the grant: %+v, %v", r, err)
+	}
+}

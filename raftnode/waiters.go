@@ -143,7 +143,15 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 			res, err := q.apply(cmd)
 			return answer(ctx, waitResult{r: res, err: err})
 		}
-		return q.refresh(cmd, held), nil
+		refused := q.refresh(cmd, held)
+		if q.busy == fsm.StatusFull && len(refused.Holders) == 0 {
+			// A full answer lists who holds the permits; with nobody
+			// holding one it would be false. The log answers instead: the
+			// grant, or full with whoever took the permits meanwhile.
+			res, err := q.apply(cmd)
+			return answer(ctx, waitResult{r: res, err: err})
+		}
+		return refused, nil
 	}
 	// A grant for w is in flight (or just answered): the lock was granted
 	// before we could say "held", so its answer decides and the grant stands.

@@ -380,3 +380,48 @@ func TestWriterServedWhenLastReaderLeavesDuringDecision(t *testing.T) {
 	t.Fatalf("lock free: %v, writer still parked (non-waiting acquires refused as queued: %v) for 3 s; at the end of its wait it got %v (holder token %d), not the free lock",
 		free, queued, a.r.Status, a.r.Holder.Token)
 }
+
+// A semaphore waiter whose wait runs out while nobody holds a permit (its
+// free event was missed, as a restore missed it) is answered by the log,
+// here with the grant, never full with no holder: a full answer lists who
+// holds the permits.
+func TestSemaphoreWaitEndingOnAFreeSemaphoreIsAnsweredByTheLog(t *testing.T) {
+	m := fsm.New()
+	var index uint64
+	apply := func(c fsm.Command) (fsm.Result, error) {
+		index++
+		c.Version, c.StampTerm = fsm.MaxCommandVersion, 1
+		return m.ApplyCommand(index, 1, c), nil
+	}
+	q := newNodeWaiters(apply, m, 10, 10)
+	timer := make(chan time.Time)
+	q.sems.after = func(time.Duration) <-chan time.Time { return timer }
+	q.open()
+	permit := func(id string) fsm.Command {
+		return fsm.Command{Op: fsm.OpSemAcquire, Name: "pool", Limit: 1, Owner: id, LeaseID: id, TTL: 60_000}
+	}
+	if r, _ := apply(permit("h1")); r.Status != fsm.StatusOK {
+		t.Fatal(r.Status)
+	}
+	full, _ := apply(permit("w1"))
+	if full.Status != fsm.StatusFull {
+		t.Fatalf("w1: %v, want full", full.Status)
+	}
+	answer := make(chan waitResult, 1)
+	go func() {
+		r, err := q.sems.wait(context.Background(), permit("w1"), full, time.Hour)
+		answer <- waitResult{r, err}
+	}()
+	for q.size() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	// The permit frees with no free event reaching the queue.
+	if r, _ := apply(fsm.Command{Op: fsm.OpSemRelease, Name: "pool", LeaseID: "h1"}); r.Status != fsm.StatusOK {
+		t.Fatal(r.Status)
+	}
+	timer <- time.Now() // the wait runs out
+	a := <-answer
+	if a.err != nil || a.r.Status != fsm.StatusOK || a.r.Lock.LeaseID != "w1" {
+		t.Fatalf("wait ended on a free semaphore: %v %v (%d holders), want the grant", a.r.Status, a.err, len(a.r.Holders))
+	}
+}

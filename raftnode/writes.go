@@ -174,7 +174,14 @@ func (n *Node) refusedHere(cmd fsm.Command) (r fsm.Result, term uint64, ok bool)
 		if held && (sem.Limit != cmd.Limit || holdsLease(sem.Holders, cmd.LeaseID)) {
 			return fsm.Result{}, term, false // a mismatch or a retry: the log answers
 		}
-		if n.waiters.queueFor(cmd.Op).queued(cmd.Name) {
+		if q := n.waiters.queueFor(cmd.Op); q.queued(cmd.Name) {
+			if !held {
+				// A full answer must list its holders, and nobody holds a
+				// permit: the queue is about to grant (wake it, should its
+				// free event have been missed) and the log answers this one.
+				q.freed([]string{cmd.Name})
+				return fsm.Result{}, term, false
+			}
 			return fsm.Result{Status: fsm.StatusFull, Holders: byToken(sem.Holders)}, term, true
 		}
 		return fsm.Result{}, term, false
