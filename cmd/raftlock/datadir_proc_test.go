@@ -98,6 +98,11 @@ func (s *singleNode) seed(t *testing.T) {
 	// A snapshot that holds every seeded lock: with the boltdb log store the
 	// log lives in raft.db, which some tests delete, so only the snapshot
 	// may carry the locks across.
+	// Raft snapshots only after --snapshot-threshold new entries, and the
+	// node writes nothing more on its own for a long while: each poll
+	// that finds no such snapshot yet writes two entries (an acquire and
+	// a release of a lock that stays free), so one is always coming.
+	pad := 0
 	clustertest.WaitFor(t, 45*time.Second, "a snapshot of every seeded lock", func() bool {
 		m, _ := filepath.Glob(filepath.Join(s.data, "snapshots", "*", "meta.json"))
 		for _, meta := range m {
@@ -107,6 +112,10 @@ func (s *singleNode) seed(t *testing.T) {
 				return true
 			}
 		}
+		pad++
+		id := fmt.Sprintf("seed-padding-lease-%04d", pad)
+		runCLI(t, eps, "acquire", "--lease-id", id, "--ttl", "10s", "padding")
+		runCLI(t, eps, "release", "--lease-id", id, "padding")
 		return false
 	})
 	s.stop(t, p)
