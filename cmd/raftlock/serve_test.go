@@ -53,6 +53,20 @@ func TestParseServe(t *testing.T) {
 					t.Errorf("admission MaxWaiters %d, want 300", got)
 				}
 			}},
+		{name: "memory limit", args: []string{"--id", "n1", "--data-dir", "d", "--memory-limit", "640MiB"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.memoryLimit != 640<<20 {
+					t.Errorf("memory limit %d, want %d", c.memoryLimit, 640<<20)
+				}
+			}},
+		{name: "memory limit from env", args: []string{"--id", "n1", "--data-dir", "d"}, env: map[string]string{"RAFTLOCK_MEMORY_LIMIT": "2GiB"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.memoryLimit != 2<<30 {
+					t.Errorf("memory limit %d, want %d", c.memoryLimit, 2<<30)
+				}
+			}},
+		{name: "bad memory limit", args: []string{"--id", "n1", "--data-dir", "d", "--memory-limit", "640MB"}, wantErr: "not a size"},
+		{name: "zero memory limit", args: []string{"--id", "n1", "--data-dir", "d", "--memory-limit", "0"}, wantErr: "not a size"},
 		{name: "missing id", args: []string{"--data-dir", "d"}, wantErr: "--id is required"},
 		{name: "missing data dir", args: []string{"--id", "n1"}, wantErr: "--data-dir is required"},
 		{name: "bad peers", args: []string{"--id", "n1", "--data-dir", "d", "--peers", "n1:9001"}, wantErr: "--peers"},
