@@ -456,6 +456,9 @@ func (m *Machine) Restore(r io.Reader) error {
 	if rd.err != nil {
 		return fmt.Errorf("%w: %v", ErrBadSnapshot, rd.err)
 	}
+	if err := n.checkRestored(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
 	heap.Init(&n.timers)
 	heap.Init(&n.tombHeap)
 	m.mu.Lock()
@@ -463,6 +466,101 @@ func (m *Machine) Restore(r io.Reader) error {
 	m.tombs, m.tombHeap, m.floor = n.tombs, n.tombHeap, n.floor
 	m.format5 = v >= snapshotVersion3
 	m.mu.Unlock()
+	return nil
+}
+
+// checkRestored refuses a decoded state whose records do not fit together:
+// the code that applies the next entries relies on them (a lock holder
+// marked as a permit, say, makes its expiry end a permit of a semaphore
+// that does not exist, and that panics every replica at the same index).
+// Every replica restores the same bytes, so a file that gets past here
+// stops the whole cluster at once, not one node; so it is refused whole.
+func (n *Machine) checkRestored() error {
+	names := make([]string, 0, len(n.locks))
+	for name := range n.locks {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := checkLock(n.locks[name]); err != nil {
+			return fmt.Errorf("lock %q: %w", name, err)
+		}
+	}
+	names = names[:0]
+	for name := range n.sems {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := checkSemaphore(n.sems[name]); err != nil {
+			return fmt.Errorf("semaphore %q: %w", name, err)
+		}
+	}
+	ids := make([]string, 0, len(n.sessions))
+	for id := range n.sessions {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := n.sessions[id]
+		switch {
+		case s.s.TTL <= 0 || s.s.LockDelay < 0:
+			return fmt.Errorf("session %q: ttl %d ms, lock-delay %d ms", id, s.s.TTL, s.s.LockDelay)
+		case len(s.leases) > MaxLeasesPerSession:
+			return fmt.Errorf("session %q holds %d leases, more than %d", id, len(s.leases), MaxLeasesPerSession)
+		}
+	}
+	return nil
+}
+
+func checkLock(e *entry) error {
+	if e.delayed && e.gone.Limit != 0 {
+		return fmt.Errorf("in lock-delay after a lease marked as a semaphore permit (limit %d)", e.gone.Limit)
+	}
+	ids := make(map[string]bool, len(e.holders))
+	for i, g := range e.holders {
+		l := &g.lock
+		switch {
+		case l.Limit != 0 || l.Slot != 0:
+			return fmt.Errorf("holder with token %d is marked as a semaphore permit (limit %d, slot %d)", l.Token, l.Limit, l.Slot)
+		case l.Mode != e.holders[0].lock.Mode:
+			return fmt.Errorf("exclusive and shared holders together (tokens %d and %d)", e.holders[0].lock.Token, l.Token)
+		case i > 0 && l.Mode == ModeExclusive:
+			return fmt.Errorf("exclusive lock with %d holders", len(e.holders))
+		case i > 0 && l.Token <= e.holders[i-1].lock.Token:
+			return fmt.Errorf("holders not in strictly increasing token order (%d after %d)", l.Token, e.holders[i-1].lock.Token)
+		case ids[l.LeaseID]:
+			return fmt.Errorf("two holders with one lease id (token %d)", l.Token)
+		}
+		ids[l.LeaseID] = true
+	}
+	return nil
+}
+
+func checkSemaphore(s *semaphore) error {
+	if s.limit < 1 || s.limit > MaxSemaphoreLimit {
+		return fmt.Errorf("limit %d outside 1..%d", s.limit, MaxSemaphoreLimit)
+	}
+	if int64(len(s.holders)) > s.limit {
+		return fmt.Errorf("%d holders, more than its limit %d", len(s.holders), s.limit)
+	}
+	ids := make(map[string]bool, len(s.holders))
+	for i, g := range s.holders {
+		l := &g.lock
+		switch {
+		case l.Limit != s.limit:
+			return fmt.Errorf("permit with token %d has limit %d, the semaphore %d (a permit without a limit is a lock holder)", l.Token, l.Limit, s.limit)
+		case l.Mode != ModeExclusive || l.LockDelay != 0:
+			return fmt.Errorf("permit with token %d has mode %d, lock-delay %d ms", l.Token, l.Mode, l.LockDelay)
+		case int64(l.Slot) >= s.limit:
+			return fmt.Errorf("permit with token %d in slot %d, not below the limit %d", l.Token, l.Slot, s.limit)
+		case i > 0 && l.Slot <= s.holders[i-1].lock.Slot:
+			return fmt.Errorf("permits not in strictly increasing slot order (slot %d after %d: a slot held twice?)", l.Slot, s.holders[i-1].lock.Slot)
+		case ids[l.LeaseID]:
+			return fmt.Errorf("two permits with one lease id (slot %d)", l.Slot)
+		}
+		ids[l.LeaseID] = true
+	}
 	return nil
 }
 

@@ -3,7 +3,9 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -149,5 +151,128 @@ func TestOutcomeStateIgnoresWatchBookkeeping(t *testing.T) {
 	}
 	if bytes.Equal(outcome(build(8, "v")), outcome(build(8, "w"))) {
 		t.Fatal("states with different values hash alike")
+	}
+}
+
+// Restore refuses a snapshot whose records decode but do not fit together,
+// here a lock holder marked as a semaphore permit (Limit 1). Before, every
+// replica installed it (raftnode.ReadBackup behind POST /v1/snapshot checks
+// only that the state decodes), and the first entry past the lease's
+// deadline panicked on all of them (the expiry ended a permit of a
+// semaphore that does not exist): the whole cluster stopped at one index.
+func TestRestoreRefusesLockHolderMarkedAsPermit(t *testing.T) {
+	src := newLog(t).at(0)
+	src.apply(acquire("x", "L", 1_000))
+	// Any session makes the snapshot format 3, which carries Limit.
+	src.apply(Command{Version: commandVersion5, Op: OpSessionCreate, SessionID: "S", Owner: "w", TTL: 60_000})
+	src.m.locks["x"].holders[0].lock.Limit = 1 // as a damaged or hand-made file may say
+	snap := snapshotBytes(t, src.m)
+
+	m := New()
+	err := m.Restore(bytes.NewReader(snap))
+	if err != nil {
+		if !errors.Is(err, ErrBadSnapshot) || !strings.Contains(err.Error(), `lock "x": holder with token 1 is marked as a semaphore permit`) {
+			t.Fatalf("refused with %v: want ErrBadSnapshot naming the lock and its holder", err)
+		}
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("Restore accepted the snapshot; the expiry then panicked: %v", p)
+		}
+	}()
+	c := Command{Version: commandVersion2, Op: OpTick, Stamp: 0, StampTerm: 1}
+	m.Apply(2, 1, c.Encode(nil))
+	c.Stamp = 2_000 * ms
+	r, err := m.Apply(3, 1, c.Encode(nil))
+	t.Logf("tick past the deadline: %+v, %v", r, err)
+	t.Fatal("Restore accepted a lock holder marked as a permit")
+}
+
+// Every other inconsistency Restore refuses, each from a state that
+// restores fine before it is damaged, with an error naming what is wrong;
+// the machine restored into keeps its state.
+func TestRestoreRefusesInconsistentRecords(t *testing.T) {
+	base := func(t *testing.T) *Machine {
+		l := newLog(t).at(0)
+		for _, c := range []Command{
+			acquire("x", "L", 60_000),
+			v5(Command{Op: OpSessionCreate, SessionID: "S", Owner: "w", TTL: 60_000}),
+			sessionAcquire("s", "LS", "S"),
+			v5(Command{Op: OpAcquire, Name: "r", Owner: "a", LeaseID: "R1", TTL: 60_000, Mode: ModeShared}),
+			v5(Command{Op: OpAcquire, Name: "r", Owner: "b", LeaseID: "R2", TTL: 60_000, Mode: ModeShared}),
+			v5(Command{Op: OpSemAcquire, Name: "p", Owner: "a", LeaseID: "P1", TTL: 60_000, Limit: 3}),
+			v5(Command{Op: OpSemAcquire, Name: "p", Owner: "b", LeaseID: "P2", TTL: 60_000, Limit: 3}),
+		} {
+			if r := l.apply(c); r.Status != StatusOK {
+				t.Fatalf("%v %s: %v", c.Op, c.Name, r.Status)
+			}
+		}
+		return l.m
+	}
+	cases := []struct {
+		name   string
+		damage func(m *Machine)
+		want   string
+	}{
+		{"exclusive lock with two holders", func(m *Machine) {
+			for _, h := range m.locks["r"].holders {
+				h.lock.Mode = ModeExclusive
+			}
+		}, `lock "r": exclusive lock with 2 holders`},
+		{"exclusive and shared holders", func(m *Machine) { m.locks["r"].holders[1].lock.Mode = ModeExclusive },
+			`lock "r": exclusive and shared holders together`},
+		{"two holders with one lease id", func(m *Machine) { m.locks["r"].holders[1].lock.LeaseID = "R1" },
+			`lock "r": two holders with one lease id`},
+		{"two holders with one token", func(m *Machine) { m.locks["r"].holders[1].lock.Token = m.locks["r"].holders[0].lock.Token },
+			`lock "r": holders not in strictly increasing token order`},
+		{"two permits with one lease id", func(m *Machine) { m.sems["p"].holders[1].lock.LeaseID = "P1" },
+			`semaphore "p": two permits with one lease id`},
+		{"two permits in one slot", func(m *Machine) { m.sems["p"].holders[1].lock.Slot = 0 },
+			`semaphore "p": permits not in strictly increasing slot order`},
+		{"a slot at the limit", func(m *Machine) { m.sems["p"].holders[1].lock.Slot = 3 },
+			`semaphore "p": permit with token 7 in slot 3, not below the limit 3`},
+		{"a permit without a limit", func(m *Machine) { m.sems["p"].holders[0].lock.Limit = 0 },
+			`semaphore "p": permit with token 6 has limit 0`},
+		{"a permit of another limit", func(m *Machine) { m.sems["p"].holders[0].lock.Limit = 2 },
+			`semaphore "p": permit with token 6 has limit 2, the semaphore 3`},
+		{"more permits than the limit", func(m *Machine) {
+			m.sems["p"].limit = 1
+			for _, h := range m.sems["p"].holders {
+				h.lock.Limit = 1
+			}
+		}, `semaphore "p": 2 holders, more than its limit 1`},
+		{"a limit above the maximum", func(m *Machine) { m.sems["p"].limit = MaxSemaphoreLimit + 1 },
+			`semaphore "p": limit 1025 outside 1..1024`},
+		{"a lease of a missing session", func(m *Machine) { m.locks["x"].holders[0].lock.SessionID = "gone" },
+			`lease of "x" in unknown session`},
+		{"a session over MaxLeasesPerSession", func(m *Machine) {
+			s := m.sessions["S"]
+			for i := 0; len(s.leases) <= MaxLeasesPerSession; i++ {
+				name := fmt.Sprintf("many/%d", i)
+				g := &lease{lock: Lock{Name: name, Owner: "w", LeaseID: "M" + name, Token: uint64(100 + i), SessionID: "S"}, t: timer{slot: -1}}
+				m.locks[name] = &entry{name: name, holders: []*lease{g}, delay: timer{slot: -1}}
+				s.leases[g] = struct{}{}
+			}
+		}, fmt.Sprintf(`session "S" holds %d leases, more than %d`, MaxLeasesPerSession+1, MaxLeasesPerSession)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := base(t)
+			if err := New().Restore(bytes.NewReader(snapshotBytes(t, src))); err != nil {
+				t.Fatalf("the undamaged state: %v", err)
+			}
+			tc.damage(src)
+			into := base(t)
+			into.locks["x"].holders[0].lock.Owner = "kept"
+			before := snapshotBytes(t, into)
+			err := into.Restore(bytes.NewReader(snapshotBytes(t, src)))
+			if !errors.Is(err, ErrBadSnapshot) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Restore: %v; want ErrBadSnapshot with %q", err, tc.want)
+			}
+			if !bytes.Equal(snapshotBytes(t, into), before) {
+				t.Fatal("a refused Restore changed the machine")
+			}
+		})
 	}
 }
