@@ -155,9 +155,11 @@ type Machine struct {
 	// maxTombs of them, the oldest pruned first, floor the highest index
 	// pruned (DESIGN.md, "Lock indexes").
 	tombs    map[string]*tomb
-	tombHeap tombHeap
+	tombQ    tombQueue // the same tombstones, oldest first (tombs.go)
 	floor    uint64
 	maxTombs int
+	// tombTrace, set only by tests, hears every burial and unburial.
+	tombTrace func(buried bool, name string, index uint64)
 	// What the entry being applied did, collected for its Result.
 	changed   []string
 	freed     []string
@@ -259,6 +261,7 @@ func (m *Machine) ApplyCommand(index, term uint64, c Command) Result {
 	}
 	r.Freed, r.FreedSemaphores, r.Expired, r.Changed = m.freed, m.freedSems, m.expired, m.changed
 	m.changed, m.freed, m.freedSems = nil, nil, nil
+	m.tombQ.endEntry()
 	return r
 }
 
@@ -514,12 +517,15 @@ func (m *Machine) touch(e *entry) {
 // the oldest tombstones (lowest index, then name) beyond maxTombs.
 func (m *Machine) bury(name string) {
 	m.unbury(name)
-	t := &tomb{name: name, index: m.clock.Index}
+	if m.tombTrace != nil {
+		m.tombTrace(true, name, m.clock.Index)
+	}
+	t := &tomb{name: name, index: m.clock.Index, pending: true}
 	m.tombs[name] = t
-	heap.Push(&m.tombHeap, t)
+	m.tombQ.pending = append(m.tombQ.pending, t)
 	m.changed = append(m.changed, name)
-	for len(m.tombHeap) > m.maxTombs {
-		old := heap.Pop(&m.tombHeap).(*tomb)
+	for len(m.tombs) > m.maxTombs {
+		old := m.tombQ.popOldest(m.clock.Index)
 		delete(m.tombs, old.name)
 		m.floor = max(m.floor, old.index)
 	}
@@ -528,7 +534,10 @@ func (m *Machine) bury(name string) {
 // unbury forgets name's tombstone: the lock is held again.
 func (m *Machine) unbury(name string) {
 	if t, ok := m.tombs[name]; ok {
-		heap.Remove(&m.tombHeap, t.slot)
+		if m.tombTrace != nil {
+			m.tombTrace(false, name, m.clock.Index)
+		}
+		m.tombQ.kill(t)
 		delete(m.tombs, name)
 	}
 }
@@ -814,40 +823,6 @@ func (h *timerHeap) Push(x any) {
 	*h = append(*h, t)
 }
 func (h *timerHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return t
-}
-
-// tomb is a freed lock's index. tombHeap orders tombstones by index, then
-// name (total, so pruning does not depend on the heap's layout).
-type tomb struct {
-	name  string
-	index uint64
-	slot  int
-}
-
-type tombHeap []*tomb
-
-func (h tombHeap) Len() int { return len(h) }
-func (h tombHeap) Less(i, j int) bool {
-	if h[i].index != h[j].index {
-		return h[i].index < h[j].index
-	}
-	return h[i].name < h[j].name
-}
-func (h tombHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].slot, h[j].slot = i, j
-}
-func (h *tombHeap) Push(x any) {
-	t := x.(*tomb)
-	t.slot = len(*h)
-	*h = append(*h, t)
-}
-func (h *tombHeap) Pop() any {
 	old := *h
 	t := old[len(old)-1]
 	old[len(old)-1] = nil

@@ -68,7 +68,7 @@ func PrepareRestore(snap []byte, index uint64) ([]byte, error) {
 	for _, t := range m.tombs {
 		t.index = max(t.index, index)
 	}
-	heap.Init(&m.tombHeap)
+	m.tombQ = newTombQueue(m.tombs)
 	m.floor = max(m.floor, index)
 	var out bytes.Buffer
 	if _, err := m.Snapshot().WriteTo(&out); err != nil {
@@ -448,8 +448,7 @@ func (m *Machine) Restore(r io.Reader) error {
 		n.floor = rd.uvarint()
 		tombs := rd.uvarint()
 		for i := uint64(0); i < tombs && rd.err == nil; i++ {
-			t := &tomb{name: rd.string(), index: rd.uvarint(), slot: len(n.tombHeap)}
-			n.tombHeap = append(n.tombHeap, t)
+			t := &tomb{name: rd.string(), index: rd.uvarint()}
 			n.tombs[t.name] = t
 		}
 	}
@@ -460,10 +459,10 @@ func (m *Machine) Restore(r io.Reader) error {
 		return fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 	}
 	heap.Init(&n.timers)
-	heap.Init(&n.tombHeap)
+	n.tombQ = newTombQueue(n.tombs)
 	m.mu.Lock()
 	m.clock, m.locks, m.sems, m.sessions, m.timers, m.held, m.nodes = n.clock, n.locks, n.sems, n.sessions, n.timers, n.held, n.nodes
-	m.tombs, m.tombHeap, m.floor = n.tombs, n.tombHeap, n.floor
+	m.tombs, m.tombQ, m.floor = n.tombs, n.tombQ, n.floor
 	m.format5 = v >= snapshotVersion3
 	m.mu.Unlock()
 	return nil
