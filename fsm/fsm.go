@@ -610,6 +610,18 @@ func (m *Machine) Lookup(name string) (l Lock, held bool, index uint64) {
 	return Lock{}, false, m.indexOf(name)
 }
 
+// LookupHolders is Holders and Index read together, for the same reason
+// as Lookup: every lease holding lock name, by token (none while it is
+// free or in its lock-delay), and the index of the lock's last change.
+func (m *Machine) LookupHolders(name string) ([]Lock, uint64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if e, ok := m.locks[name]; ok && !e.delayed {
+		return m.viewHolders(e), e.index
+	}
+	return nil, m.indexOf(name)
+}
+
 // ListIndexed is List and PrefixIndex read together, for the same reason
 // as Lookup.
 func (m *Machine) ListIndexed(prefix string, limit int) ([]Lock, bool, uint64) {

@@ -113,7 +113,7 @@ func (m *Machine) grant(index uint64, c Command, s *session, kind timerKind, l L
 }
 
 func (m *Machine) acquire(index uint64, c Command) Result {
-	if c.Name == "" || c.LeaseID == "" || c.LockDelay < 0 || c.Limit != 0 || (c.Mode == ModeShared && c.LockDelay > 0) {
+	if c.Name == "" || c.LeaseID == "" || c.LockDelay < 0 || c.Limit != 0 || (c.Mode == ModeShared && (c.LockDelay > 0 || c.Value != "")) {
 		return Result{Status: StatusInvalid}
 	}
 	sess, st := m.checkTerms(c)
@@ -210,6 +210,8 @@ func (m *Machine) renew(c Command) Result {
 
 // update replaces the value of the lease's hold on the lock; the token, TTL
 // and deadline stay. An unchanged value changes nothing (and not the index).
+// A shared hold publishes no value (StatusInvalid): readers share the lock,
+// and it could show only one of their values.
 func (m *Machine) update(c Command) Result {
 	if c.Name == "" {
 		return Result{Status: StatusInvalid}
@@ -217,6 +219,9 @@ func (m *Machine) update(c Command) Result {
 	e, l := m.holding(c)
 	if l == nil {
 		return Result{Status: StatusNotHolder}
+	}
+	if l.lock.Mode == ModeShared {
+		return Result{Status: StatusInvalid}
 	}
 	if l.lock.Value != c.Value {
 		l.lock.Value = c.Value

@@ -365,3 +365,22 @@ func TestSessionWritesAnswerWithoutLeases(t *testing.T) {
 		t.Fatalf("a renew allocates %v times with %d leases, %v with 1", big, MaxLeasesPerSession, small)
 	}
 }
+
+// A shared hold publishes no value: a shared acquire with one, or an
+// update of a shared hold, is invalid and changes nothing.
+func TestSharedHoldHasNoValue(t *testing.T) {
+	l := newLog(t)
+	sh := v5(Command{Op: OpAcquire, Name: "cfg", LeaseID: "L1", TTL: 1000, Mode: ModeShared, Value: "v"})
+	if r := l.at(0).apply(sh); r.Status != StatusInvalid || len(l.m.Holders("cfg")) != 0 {
+		t.Fatalf("shared acquire with a value: %v", r.Status)
+	}
+	sh.Value = ""
+	l.apply(sh)
+	before := l.m.Index("cfg")
+	if r := l.apply(v5(Command{Op: OpUpdate, Name: "cfg", LeaseID: "L1", Value: "x"})); r.Status != StatusInvalid {
+		t.Fatalf("update of a shared hold: %v", r.Status)
+	}
+	if h := l.m.Holders("cfg"); len(h) != 1 || h[0].Value != "" || l.m.Index("cfg") != before {
+		t.Fatalf("after the refused update: %+v, index %d (was %d)", h, l.m.Index("cfg"), before)
+	}
+}

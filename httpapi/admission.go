@@ -260,6 +260,10 @@ const (
 	pathRenew   = "/v1/locks/renew"
 	pathRelease = "/v1/locks/release"
 	pathUpdate  = "/v1/locks/update"
+
+	pathSemAcquire = "/v1/semaphores/acquire"
+	pathSemRenew   = "/v1/semaphores/renew"
+	pathSemRelease = "/v1/semaphores/release"
 )
 
 // shedEarly answers 429 at once, and reports true, for a write that the
@@ -278,11 +282,11 @@ func (s *Server) shedEarly(w http.ResponseWriter, r *http.Request, body []byte) 
 	}
 	priority := true
 	switch r.URL.Path {
-	case pathAcquire:
+	case pathAcquire, pathSemAcquire:
 		priority = false
-	case pathRenew, pathRelease, pathUpdate:
+	case pathRenew, pathRelease, pathUpdate, pathSemRenew, pathSemRelease:
 	default:
-		return false
+		return false // session writes name no lock: admit decides after the parse
 	}
 	name, waits, ok := peekLockFields(body)
 	if !ok || !s.leading() {

@@ -19,19 +19,25 @@ import (
 // viewOf is a lock as reads show it: never with its lease_id or session
 // id. A leader's view adds its time left and parked acquires
 // (store.LeaseView). A lock held shared shows its lowest-token holder, as
-// an exclusive one shows its only holder, and every holder besides.
+// an exclusive one shows its only holder, and every holder besides. A list
+// has l from its listing: a shared lock's holders are read after it (if
+// they came and went in between, it shows the newer set under l's index,
+// which can only make a blocking reader look again).
 func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
-	var holders []fsm.Lock
+	holders := []fsm.Lock{l}
 	if l.Mode == fsm.ModeShared {
-		// Read after l: if holders came and went in between, show the
-		// newer set, and l's index, which can only make a blocking reader
-		// look again.
-		if holders = m.Holders(l.Name); len(holders) > 0 {
-			holders[0].Index = l.Index
-			l = holders[0]
+		if hs := m.Holders(l.Name); len(hs) > 0 {
+			holders = hs
 		}
 	}
-	v := api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: l.Index}
+	return viewHeld(m, holders, l.Index)
+}
+
+// viewHeld is a held lock as reads show it, from every holder (by token)
+// and the lock's index: the first holder's mode is the lock's.
+func viewHeld(m store.LockReader, holders []fsm.Lock, index uint64) api.Lock {
+	l := holders[0]
+	v := api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: index}
 	lv, leads := m.(store.LeaseView)
 	if leads {
 		v.RemainingMs = remaining(lv, l)
@@ -138,6 +144,8 @@ func invalidReason(cmd fsm.Command) string {
 	switch cmd.Op {
 	case fsm.OpRenew, fsm.OpSemRenew:
 		return "lease_id: the lease belongs to a session; renew the session (POST /v1/sessions/renew), not its leases"
+	case fsm.OpUpdate:
+		return "lease_id: the lease holds the lock shared, and a shared hold publishes no value"
 	case fsm.OpSessionCreate:
 		return "session_id: in use by a session of another owner"
 	case fsm.OpAcquire, fsm.OpSemAcquire:
@@ -161,6 +169,10 @@ func (s *Server) acquire(ctx context.Context, req *acquireRequest) (int, any, er
 		cmd.TTL = *req.TTLMs
 	}
 	if req.Mode == api.ModeShared {
+		if req.Value != "" {
+			// Readers share the hold: whose value would the lock show?
+			return 0, nil, badRequest("value: not with mode %q (a shared hold publishes no value; use an exclusive lock to publish one)", api.ModeShared)
+		}
 		cmd.Mode = fsm.ModeShared
 	}
 	res, err := s.acquireGated(ctx, cmd, acquireWait(req))
@@ -260,9 +272,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.read(w, r, &watchKey{key: name}, func(m store.LockReader) (any, uint64, error) {
-		l, held, idx := m.Lookup(name)
-		if held {
-			return viewOf(m, l), idx, nil
+		// Holders and index from one read: read apart, a shared hold
+		// replaced in between could show under the other's index.
+		holders, idx := m.LookupHolders(name)
+		if len(holders) > 0 {
+			return viewHeld(m, holders, idx), idx, nil
 		}
 		return api.FreeLock{Name: name, Index: idx}, idx, nil
 	})

@@ -63,6 +63,14 @@ func (r *fakeReader) Holders(name string) []fsm.Lock {
 	return append([]fsm.Lock(nil), r.locks[name]...)
 }
 
+func (r *fakeReader) LookupHolders(name string) ([]fsm.Lock, uint64) {
+	hs := r.Holders(name)
+	if len(hs) == 0 {
+		return nil, 0
+	}
+	return hs, hs[0].Index
+}
+
 func (r *fakeReader) Session(id string) (fsm.Session, bool) {
 	s, ok := r.sessions[id]
 	return s, ok

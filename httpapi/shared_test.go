@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -146,4 +148,89 @@ func TestReadSharedLock(t *testing.T) {
 	r.locks["x"] = []fsm.Lock{{Name: "x", Owner: "w", LeaseID: leaseA, Token: 11, TTL: 10000, Deadline: 12 * sec, SessionID: sessA, Index: 11}}
 	rec = do(t, newServer(readingLeader(lr)), http.MethodGet, "/v1/locks/x", "")
 	wantJSON(t, rec, http.StatusOK, `{"name":"x","held":true,"owner":"w","fencing_token":11,"ttl_ms":10000,"remaining_ms":7000,"index":11}`)
+}
+
+// movingReader answers Lookup and Holders as if an entry applied between
+// them: the shared hold at index 9 (Lookup's) was replaced by an exclusive
+// grant at index 12 (what Holders sees). LookupHolders reads one point.
+type movingReader struct{ *fakeReader }
+
+func (r movingReader) Holders(string) []fsm.Lock {
+	return []fsm.Lock{{Name: "cfg", Owner: "w", LeaseID: leaseB, Token: 12, TTL: 3000, Index: 12}}
+}
+
+// A read of a shared lock takes its holders and its index from one read of
+// the state machine: before, holders read apart from the lock could show
+// the exclusive holder that replaced the readers as a shared holder, under
+// the readers' index.
+func TestReadSharedLockReadsOnePoint(t *testing.T) {
+	r := movingReader{&fakeReader{locks: map[string][]fsm.Lock{"cfg": {
+		{Name: "cfg", Owner: "r1", LeaseID: leaseA, Token: 4, TTL: 2000, Mode: fsm.ModeShared, Index: 9},
+		{Name: "cfg", Owner: "r2", LeaseID: sessA, Token: 6, TTL: 2000, Mode: fsm.ModeShared, Index: 9},
+	}}}}
+	rec := do(t, newServer(readingLeader(r)), http.MethodGet, "/v1/locks/cfg?stale=true", "")
+	wantJSON(t, rec, http.StatusOK, `{"name":"cfg","held":true,"owner":"r1","fencing_token":4,"ttl_ms":2000,"index":9,"mode":"shared",
+		"holders":[{"owner":"r1","fencing_token":4,"ttl_ms":2000},{"owner":"r2","fencing_token":6,"ttl_ms":2000}]}`)
+}
+
+// A list reads each shared lock's holders apart from the listing: the mode
+// shown is the holders' own, never "shared" over an exclusive holder.
+func TestListSharedLockShowsItsHoldersMode(t *testing.T) {
+	r := movingReader{&fakeReader{locks: map[string][]fsm.Lock{"cfg": {
+		{Name: "cfg", Owner: "r1", LeaseID: leaseA, Token: 4, TTL: 2000, Mode: fsm.ModeShared, Index: 9},
+	}}}}
+	rec := do(t, newServer(readingLeader(r)), http.MethodGet, "/v1/locks?prefix=c&stale=true", "")
+	wantJSON(t, rec, http.StatusOK, `{"locks":[{"name":"cfg","held":true,"owner":"w","fencing_token":12,"ttl_ms":3000,"index":9}],"truncated":false,"index":9}`)
+}
+
+// A shared hold publishes no value: value with mode "shared" is refused,
+// naming the field, before anything is written.
+func TestAcquireSharedWithValueRefused(t *testing.T) {
+	f := answering(fsm.Result{Status: fsm.StatusOK})
+	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/acquire", `{"name":"a","ttl_ms":1000,"mode":"shared","value":"v"}`)
+	wantError(t, rec, http.StatusBadRequest, "bad_request", `value: not with mode "shared"`)
+	if got := f.commands(); len(got) != 0 {
+		t.Fatalf("the store got %+v", got)
+	}
+}
+
+// shedEarly covers the three semaphore writes as it covers lock writes
+// (their bodies carry "name" and "wait_ms" too): an acquire of a tenant at
+// its share is refused from the raw body, a renew or release (priority) is
+// let through to admit.
+func TestAdmissionShedEarlySemaphores(t *testing.T) {
+	st := newHeldStore(func(_ fsm.Command, wait time.Duration) bool { return true })
+	s, _ := admissionServer(st, fixedLimit(4), nil)
+	var answers []<-chan *httptest.ResponseRecorder
+	for i := range 4 {
+		answers = append(answers, inBackground(s, fmt.Sprintf(`{"name":"flood/%d","ttl_ms":1000}`, i)))
+		<-st.entered
+	}
+	early := func(path, body string) (*httptest.ResponseRecorder, bool) {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		rec := httptest.NewRecorder()
+		return rec, s.shedEarly(rec, req, []byte(body))
+	}
+	rec, shed := early("/v1/semaphores/acquire", `{"name":"flood/pool","limit":2,"ttl_ms":1000}`)
+	if !shed {
+		t.Fatal("a semaphore acquire of a tenant at its share passed shedEarly")
+	}
+	wantError(t, rec, http.StatusTooManyRequests, "overloaded", `tenant "flood" has 4 writes in flight, at its share of 4`)
+	for _, path := range []string{"/v1/semaphores/renew", "/v1/semaphores/release"} {
+		if rec, shed := early(path, `{"name":"flood/pool","lease_id":"x"}`); shed || rec.Body.Len() != 0 {
+			t.Errorf("%s shed early (%d %s), want it passed: a priority write", path, rec.Code, rec.Body)
+		}
+	}
+	close(st.release)
+	for _, ch := range answers {
+		<-ch
+	}
+}
+
+// An update of a shared hold is refused by the state machine (invalid):
+// 400 says why.
+func TestUpdateSharedHoldRefused(t *testing.T) {
+	f := answering(fsm.Result{Status: fsm.StatusInvalid})
+	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/update", `{"name":"a","lease_id":"`+leaseA+`","value":"v"}`)
+	wantError(t, rec, http.StatusBadRequest, "bad_request", "a shared hold publishes no value")
 }

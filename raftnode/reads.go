@@ -100,6 +100,9 @@ func (r lockReader) ListIndexed(prefix string, limit int) ([]fsm.Lock, bool, uin
 }
 
 func (r lockReader) Holders(name string) []fsm.Lock { return r.m.Holders(name) }
+func (r lockReader) LookupHolders(name string) ([]fsm.Lock, uint64) {
+	return r.m.LookupHolders(name)
+}
 func (r lockReader) Session(id string) (fsm.Session, bool) {
 	return r.m.Session(id)
 }

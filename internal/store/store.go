@@ -77,6 +77,9 @@ type LockReader interface {
 	// Holders returns every lease holding lock name, by token (several
 	// for a shared lock); Get returns the first.
 	Holders(name string) []fsm.Lock
+	// LookupHolders is Holders and Index read at one point of the log
+	// (fsm.Machine.LookupHolders), for the same reason as Lookup.
+	LookupHolders(name string) (holders []fsm.Lock, index uint64)
 	// Session returns a live session (fsm.Machine.Session).
 	Session(id string) (fsm.Session, bool)
 	// Semaphore returns a semaphore while anyone holds a permit of it.
