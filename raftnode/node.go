@@ -31,6 +31,7 @@ type Node struct {
 	raft      *raft.Raft
 	transport *watchedTransport
 	store     *raftboltdb.BoltStore // raft.db: the stable store, and the log with LogStoreBoltDB
+	stable    *closingStable        // store as raft's stable store, closed before store
 	logStore  io.Closer             // closes the log store when it is not raft.db
 	logs      raft.LogStore
 	fsm       *raftFSM
@@ -187,7 +188,8 @@ func (n *Node) open() error {
 	n.fsm = &raftFSM{m: n.machine, applied: n.onApplied, restored: n.watches.wakeAll}
 	n.fsm.integrity.log.Store(&n.log) // before raft replays the log
 	n.logs = logs
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, snaps, n.transport)
+	n.stable = &closingStable{StableStore: store}
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.stable, snaps, n.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
@@ -303,6 +305,9 @@ func (n *Node) closeStores() {
 		if err := n.logStore.Close(); err != nil {
 			n.log.Error("close raft log store", "error", err)
 		}
+	}
+	if n.stable != nil {
+		n.stable.close()
 	}
 	if n.store != nil {
 		n.store.Close()

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -205,4 +206,45 @@ func makePrivate(dir string) error {
 		}
 		return nil
 	})
+}
+
+// closingStable is the stable store (term, vote) as raft sees it, made safe
+// to close. hashicorp/raft answers heartbeats on the transport's connection
+// goroutines, which Raft.Shutdown does not wait for, and it panics when it
+// cannot save a newer term. So Close waits for writes in flight, and a write
+// that comes after it waits for the process to end: its term is not saved,
+// and no answer that would promise it goes out.
+type closingStable struct {
+	raft.StableStore
+	mu     sync.RWMutex
+	closed bool
+	// late is what a write after close waits for: nil, that is forever,
+	// but in tests, which end the wait to see it was held.
+	late chan struct{}
+}
+
+func (s *closingStable) Set(key, val []byte) error {
+	return s.write(func() error { return s.StableStore.Set(key, val) })
+}
+
+func (s *closingStable) SetUint64(key []byte, val uint64) error {
+	return s.write(func() error { return s.StableStore.SetUint64(key, val) })
+}
+
+func (s *closingStable) write(set func() error) error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		<-s.late // see the type's comment
+		return errors.New("raft stable store closed")
+	}
+	defer s.mu.RUnlock()
+	return set()
+}
+
+// close lets no write start from now on and waits for those in flight.
+func (s *closingStable) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 }
