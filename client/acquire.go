@@ -45,8 +45,8 @@ type AcquireOptions struct {
 	// exclusive grant's token is larger than every earlier grant's of the
 	// lock. Waiters are served in order whatever their mode, so a writer
 	// is not starved by a stream of readers. A shared lease cannot be
-	// upgraded (acquiring exclusive with its lease id answers held), and
-	// takes no LockDelay.
+	// upgraded (acquiring exclusive with its lease id answers held), takes
+	// no LockDelay and publishes no Value.
 	Shared bool
 }
 
@@ -95,6 +95,8 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		return nil, err
 	case opts.Shared && opts.LockDelay > 0:
 		return nil, errors.New("raftlock: a shared lock takes no lock delay")
+	case opts.Shared && opts.Value != "":
+		return nil, errors.New("raftlock: a shared hold publishes no value")
 	case sess != nil && (opts.TTL != 0 || opts.LockDelay != 0):
 		return nil, errors.New("raftlock: a session's lease takes the session's TTL and lock delay, not its own")
 	}

@@ -175,6 +175,9 @@ func (l *Lease) SetValue(ctx context.Context, value string) error {
 	if err := checkValue(value); err != nil {
 		return err
 	}
+	if l.shared {
+		return fmt.Errorf("raftlock: update value of %q: a shared hold publishes no value", l.name)
+	}
 	_, err := l.c.do(ctx, request{
 		method: http.MethodPost, path: "/v1/locks/update",
 		body:   api.UpdateRequest{Name: l.name, LeaseID: l.id, Value: value},

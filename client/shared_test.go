@@ -41,6 +41,9 @@ func TestSharedAcquire(t *testing.T) {
 	if !l.Shared() || l.Token() != 12 {
 		t.Fatalf("shared %v token %d", l.Shared(), l.Token())
 	}
+	if err := l.SetValue(ctx, "v"); err == nil || len(fc.requests(path("/v1/locks/update"))) != 0 {
+		t.Fatalf("SetValue on a shared hold: %v, %d updates sent; want an error and none", err, len(fc.requests(path("/v1/locks/update"))))
+	}
 	rs := fc.requests(path("/v1/locks/acquire"))
 	if rs[0].str("mode") != "shared" {
 		t.Fatalf("acquire body %+v", rs[0].Body)
@@ -55,6 +58,13 @@ func TestSharedAcquire(t *testing.T) {
 	}
 	if _, err := c.TryAcquire(ctx, "a", AcquireOptions{Shared: true, LockDelay: time.Second}); err == nil {
 		t.Fatal("a shared acquire took a lock delay")
+	}
+	sent := len(fc.requests(path("/v1/locks/acquire")))
+	if _, err := c.TryAcquire(ctx, "a", AcquireOptions{Shared: true, Value: "v"}); err == nil {
+		t.Fatal("a shared acquire published a value")
+	}
+	if n := len(fc.requests(path("/v1/locks/acquire"))); n != sent {
+		t.Fatalf("a shared acquire with a value was sent (%d acquires, want %d): the server answers it 400", n, sent)
 	}
 }
 
