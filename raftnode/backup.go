@@ -167,6 +167,28 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) (BackupInfo, error) {
 	return info, nil
 }
 
+// installBackup hands the backup to Raft's user restore with every lock's
+// index raised to the index Raft installs it at, so none goes down for a
+// watcher. Raft installs it just past its last index, so no command may
+// land between reading that index and the install: appendMu holds new
+// ones off, and a Barrier first puts those already handed over in the log.
+func (n *Node) installBackup(ctx context.Context, info BackupInfo, snap []byte) error {
+	n.appendMu.Lock()
+	defer n.appendMu.Unlock()
+	if err := n.raft.Barrier(n.timeoutFrom(ctx)).Error(); err != nil {
+		return raftError("restore: wait for entries in flight", err)
+	}
+	snap, err := fsm.PrepareRestore(snap, max(info.Index, n.raft.LastIndex())+1)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadBackup, err)
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(len(snap))}
+	if err := n.raft.Restore(meta, bytes.NewReader(snap), n.timeoutFrom(ctx)); err != nil {
+		return raftError("restore snapshot", err)
+	}
+	return nil
+}
+
 // Restore replaces the whole cluster's state with a backup, through Raft's
 // user restore: the leader installs it at an index past its last one, so
 // every token granted afterwards is larger than any granted before, and
@@ -180,15 +202,8 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 	if !n.IsLeader() {
 		return BackupInfo{}, ErrNotLeader
 	}
-	// Raft installs the backup past its last index; every lock's index
-	// becomes at least that, so none goes down for a watcher.
-	snap, err = fsm.PrepareRestore(snap, max(info.Index, n.raft.LastIndex())+1)
-	if err != nil {
-		return BackupInfo{}, fmt.Errorf("%w: %w", ErrBadBackup, err)
-	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(len(snap))}
-	if err := n.raft.Restore(meta, bytes.NewReader(snap), n.timeoutFrom(ctx)); err != nil {
-		return BackupInfo{}, raftError("restore snapshot", err)
+	if err := n.installBackup(ctx, info, snap); err != nil {
+		return BackupInfo{}, err
 	}
 	// The machine's last command index is the backup's, far below Raft's
 	// applied index after the hole Restore leaves: a command entry now

@@ -290,7 +290,9 @@ func (n *Node) applyExt(cmd fsm.Command, x extension) (fsm.Result, uint64, error
 		return fsm.Result{}, 0, fmt.Errorf("%w: %v needs command format %d on every member; this leader may write format %d in term %d", ErrNotSupportedYet, cmd.Op, fsm.MinVersion(cmd), cmd.Version, term)
 	}
 	data := cmd.Encode(nil)
+	n.appendMu.RLock() // a backup restore must see no entry land while it runs (backup.go)
 	f := n.raft.ApplyLog(raft.Log{Data: data, Extensions: encodeExtension(data, x)}, n.cfg.ApplyTimeout)
+	n.appendMu.RUnlock()
 	if err := f.Error(); err != nil {
 		return fsm.Result{}, 0, raftError("apply "+cmd.Op.String(), err)
 	}

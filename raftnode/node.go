@@ -49,6 +49,11 @@ type Node struct {
 	// prevIndex guard cannot do it here: GetConfiguration's Index() is 0 in
 	// hashicorp/raft v1.7.3.
 	configMu sync.Mutex
+	// appendMu is held shared while a command is handed to Raft, and alone
+	// by a backup restore, so that no command lands between the last index
+	// the restore raises every lock's index to and the index Raft installs
+	// the backup at (a watcher would see an index go down).
+	appendMu sync.RWMutex
 	// startIndex is the last log index found on disk at start; see Ready.
 	startIndex uint64
 	observers  []Observer
