@@ -63,18 +63,8 @@ func (r *semAcquireRequest) validate() error {
 	return nil
 }
 
-func (r *semRenewRequest) validate() error {
-	if err := validName(r.Name); err != nil {
-		return err
-	}
-	if err := validLeaseID(r.LeaseID); err != nil {
-		return err
-	}
-	if r.TTLMs != nil {
-		return inRange("ttl_ms", *r.TTLMs, api.MinTTLMs, api.MaxTTLMs)
-	}
-	return nil
-}
+// A permit renew takes the fields and rules of a lease renew.
+func (r *semRenewRequest) validate() error { return (*renewRequest)(r).validate() }
 
 func (r *semReleaseRequest) validate() error {
 	if err := validName(r.Name); err != nil {
