@@ -193,23 +193,33 @@ func checkGivenLeaseID(id string) error {
 	return checkLeaseID(id)
 }
 
+// parseRenew reads what renew and semaphore renew share: NAME, the lease
+// id and --ttl (0 keeps the lease's or permit's TTL). When ok is false, exit with code.
+func parseRenew(c *cli, args []string, environ env, what string) (name, id string, ttl time.Duration, code int, ok bool) {
+	c.conn = addConnFlags(c.fs, 10*time.Second, true)
+	idFlag := leaseIDFlag(c.fs)
+	ttlFlag := c.fs.Duration("ttl", 0, "new time to live (0: keep the "+what+"'s TTL)")
+	pos, code, ok := c.parse(args, environ, 1, 1)
+	if !ok {
+		return "", "", 0, code, false
+	}
+	if err := checkGivenLeaseID(*idFlag); err != nil {
+		return "", "", 0, c.usageError(err), false
+	}
+	if *ttlFlag < 0 {
+		return "", "", 0, c.usageError(errors.New("--ttl must not be negative")), false
+	}
+	return pos[0], *idFlag, *ttlFlag, 0, true
+}
+
 func renewCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c := newCLI("renew", renewHelp, stdout, stderr)
-	c.conn = addConnFlags(c.fs, 10*time.Second, true)
-	id := leaseIDFlag(c.fs)
-	ttl := c.fs.Duration("ttl", 0, "new time to live (0: keep the lease's TTL)")
-	pos, code, ok := c.parse(args, environ, 1, 1)
+	name, id, ttl, code, ok := parseRenew(c, args, environ, "lease")
 	if !ok {
 		return code
 	}
-	if err := checkGivenLeaseID(*id); err != nil {
-		return c.usageError(err)
-	}
-	if *ttl < 0 {
-		return c.usageError(errors.New("--ttl must not be negative"))
-	}
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
-		info, err := cl.Renew(ctx, pos[0], *id, *ttl)
+		info, err := cl.Renew(ctx, name, id, ttl)
 		if err != nil {
 			return c.fail(err)
 		}

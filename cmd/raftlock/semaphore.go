@@ -169,26 +169,17 @@ func (s *semFlags) check(limit int) error {
 
 func semRenewCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c := newCLI("semaphore renew", semRenewHelp, stdout, stderr)
-	c.conn = addConnFlags(c.fs, 10*time.Second, true)
-	id := leaseIDFlag(c.fs)
-	ttl := c.fs.Duration("ttl", 0, "new time to live (0: keep the permit's TTL)")
-	pos, code, ok := c.parse(args, environ, 1, 1)
+	name, id, ttl, code, ok := parseRenew(c, args, environ, "permit")
 	if !ok {
 		return code
 	}
-	if err := checkGivenLeaseID(*id); err != nil {
-		return c.usageError(err)
-	}
-	if *ttl < 0 {
-		return c.usageError(errors.New("--ttl must not be negative"))
-	}
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
-		p, err := cl.RenewSemaphore(ctx, pos[0], *id, *ttl)
+		p, err := cl.RenewSemaphore(ctx, name, id, ttl)
 		if err != nil {
 			return c.fail(err)
 		}
 		if c.conn.json {
-			c.printJSON(api.Permit{Name: p.Name, Owner: p.Owner, LeaseID: *id, Slot: p.Slot, FencingToken: p.Token, Limit: int64(p.Limit), TTLMs: ms(p.TTL)})
+			c.printJSON(api.Permit{Name: p.Name, Owner: p.Owner, LeaseID: id, Slot: p.Slot, FencingToken: p.Token, Limit: int64(p.Limit), TTLMs: ms(p.TTL)})
 			return exitOK
 		}
 		fmt.Fprintf(stdout, "%s: slot %d held by %q, token %d, ttl %s\n", p.Name, p.Slot, p.Owner, p.Token, p.TTL)
