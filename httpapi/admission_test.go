@@ -185,6 +185,34 @@ func TestAdmissionTenantIsTheTokenName(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("admission metrics %v, want %v", got, want)
 	}
+	// The one 429 has its own latency histogram; the three 200s do not.
+	if n := shedAnswers(t, reg, "/v1/locks/acquire"); n != 1 {
+		t.Fatalf("raftlock_http_shed_duration_seconds counted %d answers to acquire, want the one 429", n)
+	}
+}
+
+// shedAnswers is how many answers raftlock_http_shed_duration_seconds
+// counted for route.
+func shedAnswers(t *testing.T, reg *prometheus.Registry, route string) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() != "raftlock_http_shed_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "route" && lp.GetValue() == route {
+					n += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return n
 }
 
 // slowStore's writes take longer the more are in flight, like a saturated
