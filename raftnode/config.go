@@ -23,7 +23,7 @@ type Config struct {
 
 	// LogStore is where the Raft log lives: LogStoreWAL (DATA/wal) or
 	// LogStoreBoltDB (raft.db, which is the stable store either way). A log
-	// found in the other store is moved on start. Empty: DefaultLogStore.
+	// found in the other store is moved on start. Empty: DefaultLogStore (the WAL).
 	LogStore string
 
 	// RaftTLS, when set, makes Raft traffic mutual TLS: the same config
