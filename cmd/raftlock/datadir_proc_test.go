@@ -195,3 +195,89 @@ func TestServeDataDirIsPrivate(t *testing.T) {
 		t.Fatalf("only %d entries in the data dir", n)
 	}
 }
+
+// Issue 16: the WAL became the default log store. A data dir written by a
+// node on the old default (--log-store boltdb), started by this binary with
+// no --log-store, has its log moved into DATA/wal on start and keeps every
+// lock with its fencing token; started with --log-store boltdb again, the
+// log moves back, still whole. No snapshot is taken (the threshold is out of
+// reach), so the locks can only come across in the moved log.
+func TestServeUpgradeFromBoltDBDefaultMovesLogToWAL(t *testing.T) {
+	s := newSingleNode(t)
+	noSnap := []string{"--snapshot-threshold", "1000000", "--snapshot-interval", "1h"} // later flags win
+	eps := env{"RAFTLOCK_ENDPOINTS=" + s.endpoint}
+	ready := func() {
+		t.Helper()
+		eventually(t, eps, "the node to be ready", func(r result) bool { return r.code == exitOK }, "health")
+	}
+	walMeta := filepath.Join(s.data, "wal", "wal-meta.db")
+	hasWAL := func() bool {
+		_, err := os.Stat(walMeta)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	tokens := map[string]uint64{}
+	var maxTok uint64
+	held := func(run string) {
+		t.Helper()
+		for name, tok := range tokens {
+			r := runCLI(t, eps, "get", "--json", name)
+			var l lockJSON
+			if r.code != exitOK {
+				t.Fatalf("%s: get %s: exit %d %s", run, name, r.code, r.stderr)
+			}
+			decode(t, r.stdout, &l)
+			if !l.Held || l.Owner != "w" || l.FencingToken != tok {
+				t.Fatalf("%s: %s is %+v, want held by w with token %d", run, name, l, tok)
+			}
+		}
+		// Tokens go on rising from where they were.
+		tok := acquireToken(t, s.endpoint, "after/"+run)
+		if tok <= maxTok {
+			t.Fatalf("%s: new token %d <= %d granted before", run, tok, maxTok)
+		}
+		tokens["after/"+run], maxTok = tok, tok
+	}
+
+	// The old default, named as a user of it would have run it.
+	p := s.start(t, append(noSnap, "--log-store", "boltdb")...)
+	ready()
+	for i := range 20 {
+		name := fmt.Sprintf("upgrade/%02d", i)
+		tok := acquireToken(t, s.endpoint, name)
+		tokens[name], maxTok = tok, max(maxTok, tok)
+	}
+	s.stop(t, p)
+	if hasWAL() {
+		t.Fatal("a boltdb node made DATA/wal")
+	}
+	if m, _ := filepath.Glob(filepath.Join(s.data, "snapshots", "*", "meta.json")); len(m) != 0 {
+		t.Fatalf("snapshots %v: the locks must be in the log alone for this test to prove the move", m)
+	}
+
+	// The new binary, no --log-store: the default moves the log to the WAL.
+	p = s.start(t, noSnap...)
+	ready()
+	held("wal-default")
+	s.stop(t, p)
+	if !hasWAL() {
+		t.Fatal("started on the default, the node has no DATA/wal")
+	}
+	if b, _ := os.ReadFile(p.LogPath); !strings.Contains(string(b), "moved raft log from raft.db to the wal") {
+		t.Fatalf("no move logged:\n%s", b)
+	}
+
+	// And back: --log-store boltdb on a WAL data dir.
+	p = s.start(t, append(noSnap, "--log-store", "boltdb")...)
+	ready()
+	held("back-to-boltdb")
+	s.stop(t, p)
+	if hasWAL() {
+		t.Fatal("back on boltdb, DATA/wal is still there")
+	}
+	if b, _ := os.ReadFile(p.LogPath); !strings.Contains(string(b), "moved raft log from the wal to raft.db") {
+		t.Fatalf("no move back logged:\n%s", b)
+	}
+}
