@@ -2,6 +2,16 @@
 
 package raftnode
 
-// seededWaiterTimeoutRelease is false in every ordinary build: the seeded
-// bug's code is compiled out (see seeded_on.go).
-const seededWaiterTimeoutRelease = false
+import "context"
+
+// seededWaiterTimeoutRelease and seededRestoreLowersIndex are false in every
+// ordinary build: the seeded bugs' code is compiled out (see seeded_on.go).
+const (
+	seededWaiterTimeoutRelease = false
+	seededRestoreLowersIndex   = false
+)
+
+// seededInstallBackup is never called in an ordinary build.
+func (n *Node) seededInstallBackup(context.Context, BackupInfo, []byte) error {
+	panic("raftnode: seeded bug called in an ordinary build")
+}
