@@ -8,6 +8,7 @@ import (
 
 	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/faults"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
 )
 
 // setupClocks (--clock-faults) gives each node a clock rate within the
@@ -42,6 +43,9 @@ func (r *runner) inject(ctx context.Context, inj *faults.Injector, kind string) 
 		return r.clocks.Inject(ctx, kind)
 	}
 	f := inj.Inject(ctx, kind)
+	if f.Restore != nil && f.Restore.Answered != model.MaxTime {
+		r.readAfterRestore()
+	}
 	if r.clocks != nil && (kind == faults.LeaderKill || kind == faults.FollowerRestart) {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := r.c.WaitReady(sctx) // the restarted node's debug listener is up

@@ -65,13 +65,22 @@ func (r *runner) check() error {
 		opsA, opsE = model.ClientClocks(ops, r.clientRates, 0), model.ClientClocks(ops, r.clientRates, r.cfg.drift)
 	}
 	dviol := append(append([]model.Violation(nil), r.finalErrs...), model.FinalState(r.nodes, r.epilogue, ops)...)
+	// A backup restore (--faults restore) rolls the state back: (a), (b),
+	// (e), (h), (i) and (j) judge each epoch between restores apart
+	// (model.Epochs); (c), (d), (f) and (g) hold across restores as they
+	// are, and (k) checks what a restore still promises.
+	restores := r.restores()
+	ep, err := splitEpochs(ops, opsA, opsE, restores)
+	if err != nil {
+		return err
+	}
 	rep.props = []property{
-		{id: "a", name: "mutual exclusion of valid leases", violations: only(model.MutualExclusion(opsA, r.cfg.drift), "a")},
-		{id: "b", name: "fencing tokens increase; retries keep them", violations: model.Tokens(opsE)},
+		{id: "a", name: "mutual exclusion of valid leases", violations: ep.each(func(_, a, _ []history.Op) []model.Violation { return only(model.MutualExclusion(a, r.cfg.drift), "a") })},
+		{id: "b", name: "fencing tokens increase; retries keep them", violations: ep.each(func(_, _, e []history.Op) []model.Violation { return model.Tokens(e) })},
 		{id: "c", name: "fenced register safe, unfenced loses writes", violations: rep.regs.Violations},
 		{id: "d", name: "acknowledged ops in every node's final state", violations: dviol},
 	}
-	rep.lin = model.Linearizable(opsE, r.cfg.linTimeout)
+	rep.lin = ep.linearizable(r.cfg.linTimeout)
 	e := property{id: "e", name: "linearizable (porcupine, lease-lock model)"}
 	m := model.Model()
 	var notes []string
@@ -94,7 +103,8 @@ func (r *runner) check() error {
 	rep.props = append(rep.props, e,
 		property{id: "f", name: "lock indexes never go backwards (reads)", violations: model.IndexOrder(ops)},
 		stateVerdict(r.stateCk))
-	rep.props = append(rep.props, holdProps(ops, opsA, opsE, r.cfg.drift, r.holdErrs, r.holdNote)...)
+	rep.props = append(rep.props, ep.holdProps(r.cfg.drift, r.holdErrs, r.holdNote)...)
+	rep.props = append(rep.props, restoreVerdict(ops, restores, ep))
 	for _, f := range r.faults {
 		if f.Kind != faults.LeaderKill || f.Err != "" {
 			continue

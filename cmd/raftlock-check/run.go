@@ -165,6 +165,10 @@ type runner struct {
 	// leader to snapshot past it (long when the binary snapshots only
 	// every 30-60 s).
 	snapWait time.Duration
+	// ownClient makes the checker's own journalled calls (client 0): the
+	// reads right after a restore and the closing operations.
+	ownClient  *workload.Client
+	ownJournal *history.Journal
 
 	epilogue  []model.Expect
 	finalErrs []model.Violation
@@ -395,17 +399,11 @@ func (r *runner) finish(ctx context.Context) {
 		r.stateCk.why = "cluster not ready at the end: " + err.Error()
 		return
 	}
-	j, err := history.Create(filepath.Join(r.dir, "journal", "c0.jsonl"))
+	cl, err := r.own()
 	if err != nil {
 		r.finalErrs = append(r.finalErrs, model.Violation{Property: "d", Detail: err.Error()})
 		return
 	}
-	defer j.Close()
-	var urls []string
-	for _, n := range r.c.Nodes {
-		urls = append(urls, n.URL())
-	}
-	cl := workload.New(workload.Config{ID: 0, Nodes: urls, Timeout: 20 * time.Second, Journal: j, Seed: r.cfg.seed})
 	for i := 0; i < r.cfg.locks; i++ {
 		name := fmt.Sprintf("jobs/%d", i)
 		lease := fmt.Sprintf("final-%02d-%012d", i, r.cfg.seed)
@@ -508,4 +506,25 @@ func (r *runner) teardown() {
 	if r.reg != nil {
 		r.reg.Close()
 	}
+	if r.ownJournal != nil {
+		r.ownJournal.Close()
+	}
+}
+
+// own returns the checker's own client, journalling as client 0.
+func (r *runner) own() (*workload.Client, error) {
+	if r.ownClient != nil {
+		return r.ownClient, nil
+	}
+	j, err := history.Create(filepath.Join(r.dir, "journal", "c0.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	var urls []string
+	for _, n := range r.c.Nodes {
+		urls = append(urls, n.URL())
+	}
+	r.ownJournal = j
+	r.ownClient = workload.New(workload.Config{ID: 0, Nodes: urls, Timeout: 20 * time.Second, Journal: j, Seed: r.cfg.seed})
+	return r.ownClient, nil
 }

@@ -25,6 +25,10 @@ const (
 	HolderPause     = "holder-pause"
 	FollowerRestart = "follower-restart"
 	Transfer        = "leader-transfer"
+	// Restore saves a backup (GET /v1/snapshot) and restores it 0.5-3 s
+	// later (POST /v1/snapshot) while the workload keeps writing. Not in
+	// All: a run asks for it by name (restore.go).
+	Restore = "restore"
 )
 
 // All lists every kind, in the order a run cycles through them.
@@ -38,6 +42,8 @@ type Fault struct {
 	End    int64
 	Detail string
 	Err    string
+	// Restore is set by a restore fault that sent its restore.
+	Restore *model.Restore
 }
 
 func (f Fault) String() string {
@@ -96,6 +102,8 @@ func (in *Injector) Inject(ctx context.Context, kind string) Fault {
 			return in.restartFollower(ctx, readyCtx, leader, &f)
 		case HolderPause:
 			return in.pauseHolder(ctx, readyCtx, leader, &f)
+		case Restore:
+			return in.restoreBackup(ctx, readyCtx, leader, &f)
 		}
 		return fmt.Errorf("unknown fault %q", kind)
 	}()

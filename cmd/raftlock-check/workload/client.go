@@ -439,6 +439,10 @@ func (c *Client) reg(op string, q register.Request) (int64, bool) {
 	return r.Version, r.Outcome == history.OK
 }
 
+// Read is one journalled linearizable read of a lock, at a random node;
+// the checker reads every lock right after a restore.
+func (c *Client) Read(name string) { c.readOnce(name, false) }
+
 // Call sends one journalled lock request (any body) to a random node; the
 // checker uses it for its closing operations.
 func (c *Client) Call(e history.Entry, path string, body any) history.Entry {

@@ -1,0 +1,270 @@
+package model
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"sort"
+
+	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
+	"github.com/raftlock/raftlock/fsm"
+)
+
+// Restore is one backup restore the checker made (faults.Restore): the
+// backup it saved, when, and the window the restore took effect in.
+type Restore struct {
+	Saved int64 // CLOCK_MONOTONIC: the save's answer
+	// Sent is the first send of the restore, Answered the answer of the
+	// send that succeeded (MaxTime if none did: it may have taken effect at
+	// any time after Sent).
+	Sent, Answered int64
+	Backup         []byte // the file, as GET /v1/snapshot answered it
+}
+
+// backupHeader is the backup file's header (raftnode/backup.go, docs/API.md
+// "Backup"): magic, version u32, index u64, term u64, fsm length u64.
+const backupHeader = 16 + 4 + 8 + 8 + 8
+
+// Held reads the backup and reports which of the names ops use it holds:
+// "lock:"+name for a lock (any mode) and "sem:"+name for a semaphore with a
+// permit. A restore brings these holders back, with their old tokens and
+// some of their time: the epoch after it starts with state the checker's
+// models cannot see, so those names are left out of it.
+func (r Restore) Held(ops []history.Op) (map[string]bool, error) {
+	b := r.Backup
+	if len(b) < backupHeader+32 {
+		return nil, fmt.Errorf("backup of %d bytes is too short", len(b))
+	}
+	n := binary.BigEndian.Uint64(b[backupHeader-8:])
+	if n > uint64(len(b)-backupHeader) {
+		return nil, fmt.Errorf("backup header says %d state bytes, file has %d", n, len(b)-backupHeader)
+	}
+	m := fsm.New()
+	if err := m.Restore(bytes.NewReader(b[backupHeader : backupHeader+int(n)])); err != nil {
+		return nil, fmt.Errorf("backup state: %w", err)
+	}
+	held := map[string]bool{}
+	for _, o := range ops {
+		if o.Name == "" {
+			continue
+		}
+		if isSem(o.Kind) {
+			if s, ok := m.Semaphore(o.Name); ok && len(s.Holders) > 0 {
+				held["sem:"+o.Name] = true
+			}
+		} else if len(m.Holders(o.Name)) > 0 {
+			held["lock:"+o.Name] = true
+		}
+	}
+	return held, nil
+}
+
+func isSem(kind string) bool {
+	switch kind {
+	case history.SemAcquire, history.SemRenew, history.SemRelease, history.SemRead:
+		return true
+	}
+	return false
+}
+
+// mutating reports whether an op of this kind may change the state.
+func mutating(kind string) bool {
+	switch kind {
+	case history.Acquire, history.Renew, history.Release, history.Update,
+		history.SessCreate, history.SessRenew, history.SessClose,
+		history.SemAcquire, history.SemRenew, history.SemRelease:
+		return true
+	}
+	return false
+}
+
+// Epoch is the part of a history between two restores that the checker's
+// per-lock models judge as a history of its own.
+type Epoch struct {
+	Ops []history.Op
+	// Left out are the names the restore that opened the epoch brought
+	// holders back to ("lock:jobs/0", "sem:sem/1"): all their ops in it.
+	Left []string
+}
+
+// Epochs splits a history at restores (sorted by Sent). A restore replaces
+// the whole state with the backup's at one instant inside
+// [Sent, Answered], so:
+//   - an op answered before a restore was sent belongs before it only;
+//     one sent after it answered, after it only;
+//   - an op in flight across a restore (sent before its answer, answered
+//     after its send, or never) may have taken effect on either side: in
+//     both epochs a state-changing one becomes an unknown outcome (it may
+//     have applied, at any later time; it proves nothing), and a read is
+//     left out (it may show either state);
+//   - the epoch after a restore starts from the backup's state: names the
+//     backup holds start held by leases granted long before, which the
+//     epoch's ops cannot account for, so their ops are left out of it;
+//     every other name starts free (grants made after the save are gone)
+//     and is judged as usual.
+//
+// An unknown outcome stays unknown in every later epoch too. Within an
+// epoch every property holds as on a cluster that was never restored.
+func Epochs(ops []history.Op, restores []Restore) ([]Epoch, error) {
+	out := make([]Epoch, 0, len(restores)+1)
+	for e := 0; e <= len(restores); e++ {
+		var lower, upper *Restore
+		var left map[string]bool
+		if e > 0 {
+			lower = &restores[e-1]
+			var err error
+			if left, err = lower.Held(ops); err != nil {
+				return nil, err
+			}
+		}
+		if e < len(restores) {
+			upper = &restores[e]
+		}
+		ep := Epoch{}
+		for k := range left {
+			ep.Left = append(ep.Left, k)
+		}
+		sort.Strings(ep.Left)
+		for _, o := range ops {
+			if lower != nil && o.Return < lower.Sent {
+				continue
+			}
+			if upper != nil && o.Call >= upper.Answered {
+				continue
+			}
+			key := "lock:" + o.Name
+			if isSem(o.Kind) {
+				key = "sem:" + o.Name
+			}
+			if o.Name != "" && left[key] {
+				continue
+			}
+			across := (lower != nil && o.Call < lower.Answered) || (upper != nil && o.Return >= upper.Sent)
+			if across && o.Definite() {
+				if !mutating(o.Kind) {
+					continue
+				}
+				o = unknown(o)
+			}
+			ep.Ops = append(ep.Ops, o)
+		}
+		out = append(out, ep)
+	}
+	return out, nil
+}
+
+// unknown turns an op into one whose outcome is unknown: as sent, never
+// answered.
+func unknown(o history.Op) history.Op {
+	o.Outcome, o.Return = history.Unknown, MaxTime
+	o.Token, o.Holder, o.Index, o.Version, o.Err = 0, 0, 0, 0, ""
+	o.GotLimit, o.Slot, o.Slots, o.Tokens = 0, 0, nil, nil
+	if o.Kind == history.Read {
+		o.Value = ""
+	}
+	return o
+}
+
+// RestoreFencing is property (k), what a restore still promises
+// (docs/API.md "Backup"): it rolls leases back, but
+//   - every lock's index after it is above every index read before it: a
+//     read of a lock sent after the restore answered shows an index at
+//     least the highest index read or token granted on that lock and
+//     answered before the restore answered (strictly above those answered
+//     before it was sent: the restore lands past them);
+//   - every new grant after it gets a larger token than every grant
+//     before it, on any lock or semaphore: an acquire of a lease first sent
+//     after the restore answered is granted a token above every token
+//     acknowledged before it answered. (A retry of a lease the backup holds
+//     answers that lease's old token, so leases first sent before are not
+//     new grants.)
+//
+// A restore with no definite answer promises nothing checkable here.
+func RestoreFencing(ops []history.Op, restores []Restore) []Violation {
+	var vs []Violation
+	firstSend := map[string]int64{}
+	for _, o := range ops { // sorted by call
+		if o.Lease == "" {
+			continue
+		}
+		k := "L" + o.Lease
+		if isSem(o.Kind) {
+			k = "S" + o.Lease
+		}
+		if _, ok := firstSend[k]; !ok {
+			firstSend[k] = o.Call
+		}
+	}
+	for ri, r := range restores {
+		if r.Answered == MaxTime {
+			continue
+		}
+		type mark struct {
+			v      uint64
+			strict bool // answered before the restore was sent
+			op     history.Op
+		}
+		before := map[string][]mark{} // lock -> index or token answered before the restore answered
+		var topTok *history.Op
+		for _, o := range ops {
+			if o.Return >= r.Answered || !o.Definite() {
+				continue
+			}
+			switch {
+			case o.Kind == history.Read && (o.Outcome == history.OK || o.Outcome == history.Free):
+				before[o.Name] = append(before[o.Name], mark{o.Index, o.Return < r.Sent, o})
+			case o.Kind == history.Acquire && o.Outcome == history.OK:
+				before[o.Name] = append(before[o.Name], mark{o.Token, o.Return < r.Sent, o})
+			}
+			if o.Outcome == history.OK && o.Token > 0 && (o.Kind == history.Acquire || o.Kind == history.SemAcquire || o.Kind == history.Renew || o.Kind == history.SemRenew) {
+				if topTok == nil || o.Token > topTok.Token {
+					c := o
+					topTok = &c
+				}
+			}
+		}
+		// The highest mark per lock, and the highest strict one.
+		type top struct{ any, strict *mark }
+		tops := map[string]top{}
+		for name, ms := range before {
+			var t top
+			for i := range ms {
+				m := &ms[i]
+				if t.any == nil || m.v > t.any.v {
+					t.any = m
+				}
+				if m.strict && (t.strict == nil || m.v > t.strict.v) {
+					t.strict = m
+				}
+			}
+			tops[name] = t
+		}
+		for _, o := range ops {
+			if o.Call <= r.Answered || !o.Definite() {
+				continue
+			}
+			if o.Kind == history.Read && (o.Outcome == history.OK || o.Outcome == history.Free) {
+				t := tops[o.Name]
+				switch {
+				case t.strict != nil && o.Index <= t.strict.v:
+					vs = append(vs, Violation{"k", fmt.Sprintf("lock %q: read %s (c%d, sent t=%.3fs, after restore %d answered at t=%.3fs) answered index %d, not above %d answered by %s %s (c%d) at t=%.3fs before the restore was sent",
+						o.Name, o.ID, o.Client, secs(o.Call), ri+1, secs(r.Answered), o.Index, t.strict.v, t.strict.op.Kind, t.strict.op.ID, t.strict.op.Client, secs(t.strict.op.Return))})
+				case t.any != nil && o.Index < t.any.v:
+					vs = append(vs, Violation{"k", fmt.Sprintf("lock %q: read %s (c%d, sent t=%.3fs, after restore %d answered at t=%.3fs) answered index %d, below %d answered by %s %s (c%d) at t=%.3fs while the restore ran",
+						o.Name, o.ID, o.Client, secs(o.Call), ri+1, secs(r.Answered), o.Index, t.any.v, t.any.op.Kind, t.any.op.ID, t.any.op.Client, secs(t.any.op.Return))})
+				}
+			}
+			if topTok != nil && o.Outcome == history.OK && (o.Kind == history.Acquire || o.Kind == history.SemAcquire) {
+				k := "L" + o.Lease
+				if o.Kind == history.SemAcquire {
+					k = "S" + o.Lease
+				}
+				if firstSend[k] > r.Answered && o.Token <= topTok.Token {
+					vs = append(vs, Violation{"k", fmt.Sprintf("%q: new lease %s (%s, c%d, first sent t=%.3fs, after restore %d answered at t=%.3fs) was granted token %d, not above token %d of %s %q (%s, c%d) acknowledged at t=%.3fs",
+						o.Name, o.Lease, o.ID, o.Client, secs(firstSend[k]), ri+1, secs(r.Answered), o.Token, topTok.Token, topTok.Kind, topTok.Name, topTok.ID, topTok.Client, secs(topTok.Return))})
+				}
+			}
+		}
+	}
+	return vs
+}
