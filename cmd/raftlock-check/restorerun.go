@@ -120,18 +120,25 @@ func restoreVerdict(ops []history.Op, restores []model.Restore, ep epochs) prope
 	p.violations = model.RestoreFencing(ops, restores)
 	var left []string
 	for i, e := range ep.ops[1:] {
-		left = append(left, fmt.Sprintf("after restore %d: %d ops, %s", i+1, len(e.Ops), orNone(e.Left)))
+		left = append(left, fmt.Sprintf("after restore %d: %d ops, %s", i+1, len(e.Ops), leftOut(e)))
 	}
-	p.note = fmt.Sprintf("%d restores (%d answered); (a) (b) (e) (h) (i) (j) judged per epoch, leaving out names the backup held: %s",
+	p.note = fmt.Sprintf("%d restores (%d answered); (a) (b) (e) (h) (i) (j) judged per epoch, leaving out names the backup held until a new lease takes them: %s",
 		len(restores), answered, strings.Join(left, "; "))
 	return p
 }
 
-func orNone(s []string) string {
-	if len(s) == 0 {
+func leftOut(e model.Epoch) string {
+	if len(e.Left) == 0 {
 		return "none left out"
 	}
-	return "left out " + strings.Join(s, " ")
+	var out []string
+	for _, k := range e.Left {
+		if t, ok := e.From[k]; ok {
+			k += fmt.Sprintf(" (to t=%.3fs)", float64(t)/1e9)
+		}
+		out = append(out, k)
+	}
+	return "left out " + strings.Join(out, " ")
 }
 
 // readAfterRestore reads every lock once, right after a restore answered:

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 	"github.com/raftlock/raftlock/fsm"
@@ -83,8 +84,44 @@ func mutating(kind string) bool {
 type Epoch struct {
 	Ops []history.Op
 	// Left out are the names the restore that opened the epoch brought
-	// holders back to ("lock:jobs/0", "sem:sem/1"): all their ops in it.
+	// holders back to ("lock:jobs/0", "sem:sem/1"): all their ops in it,
+	// or, for a lock in From, those before it was seen free again.
 	Left []string
+	// From maps a lock the backup held to the answer of the first grant
+	// that proves every restored holder gone: an exclusive grant of a new
+	// lease (first sent after the restore answered). The lock is judged
+	// from there on.
+	From map[string]int64
+}
+
+// freedAt finds, for each lock in left, the first exclusive grant of a new
+// lease after restore r, answered before the next restore (upper) was sent
+// and well inside its lease (answered within half its TTL: it cannot have
+// expired before its answer, so nothing but its own client changed the
+// lock between the grant and its answer). Grants in a session are not
+// used: their lease lasts as long as the session, which the grant does not
+// show.
+func freedAt(ops []history.Op, r, upper *Restore, left map[string]bool) map[string]history.Op {
+	firstSend := map[string]int64{}
+	for _, o := range ops { // sorted by call
+		if o.Lease != "" && !isSem(o.Kind) {
+			if _, ok := firstSend[o.Lease]; !ok {
+				firstSend[o.Lease] = o.Call
+			}
+		}
+	}
+	out := map[string]history.Op{}
+	for _, o := range ops {
+		if o.Kind != history.Acquire || o.Outcome != history.OK || o.Mode == history.Shared || !left["lock:"+o.Name] ||
+			firstSend[o.Lease] <= r.Answered || (upper != nil && o.Return >= upper.Sent) ||
+			o.Session != "" || 2*(o.Return-o.Call) >= o.TTLMs*int64(time.Millisecond) {
+			continue
+		}
+		if g, ok := out[o.Name]; !ok || o.Return < g.Return {
+			out[o.Name] = o
+		}
+	}
+	return out
 }
 
 // Epochs splits a history at restores (sorted by Sent). A restore replaces
@@ -120,9 +157,16 @@ func Epochs(ops []history.Op, restores []Restore) ([]Epoch, error) {
 		if e < len(restores) {
 			upper = &restores[e]
 		}
-		ep := Epoch{}
+		ep := Epoch{From: map[string]int64{}}
+		var freed map[string]history.Op
+		if lower != nil {
+			freed = freedAt(ops, lower, upper, left)
+		}
 		for k := range left {
 			ep.Left = append(ep.Left, k)
+		}
+		for name, g := range freed {
+			ep.From["lock:"+name] = g.Return
 		}
 		sort.Strings(ep.Left)
 		for _, o := range ops {
@@ -136,10 +180,23 @@ func Epochs(ops []history.Op, restores []Restore) ([]Epoch, error) {
 			if isSem(o.Kind) {
 				key = "sem:" + o.Name
 			}
-			if o.Name != "" && left[key] {
-				continue
-			}
 			across := (lower != nil && o.Call < lower.Answered) || (upper != nil && o.Return >= upper.Sent)
+			if o.Name != "" && left[key] {
+				g, ok := freed[o.Name]
+				switch {
+				case !ok || isSem(o.Kind):
+					continue
+				case o.ID == g.ID:
+				case o.Definite() && o.Return < g.Return:
+					// Before the grant that proves the restored holders
+					// gone took effect: nothing it did outlives that grant.
+					continue
+				case o.Call < g.Return:
+					// In flight as that grant answered: it may have taken
+					// effect after it.
+					across = true
+				}
+			}
 			if across && o.Definite() {
 				if !mutating(o.Kind) {
 					continue
