@@ -17,8 +17,12 @@ var SeededBugs = []string{"grant-over-holder", "early-expiry", "phantom-release"
 // tag: the checker starts no relay and hands the name to the nodes in
 // RAFTLOCK_SEEDED_BUG. waiter-timeout-release is issue 12's bug: a parked
 // acquire whose wait runs out while its grant is in flight gets the grant,
-// which the server has just released.
-var ServerBugs = []string{"waiter-timeout-release"}
+// which the server has just released. restore-lowers-index is the backup
+// restore bug appendMu fixed: commands land between the index a restore
+// raises every lock's index to and the install, so a lock written then
+// reads a lower index after the restore (the checker sees it with
+// --faults restore, property (k)).
+var ServerBugs = []string{"waiter-timeout-release", "restore-lowers-index"}
 
 // ServerSide reports whether the named bug lives in the server.
 func ServerSide(name string) bool { return slices.Contains(ServerBugs, name) }
