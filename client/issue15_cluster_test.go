@@ -37,6 +37,14 @@ func newCountingProxy(t *testing.T, target string) *countingProxy {
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	closed := make(chan struct{})
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/cluster" {
+			// Keep the client on this proxy: without the cluster's
+			// addresses it cannot follow a new leader around the counts
+			// (nor around the cut), and the node behind the proxy relays
+			// its writes to whichever node leads.
+			http.NotFound(w, r)
+			return
+		}
 		p.mu.Lock()
 		p.counts[r.URL.Path]++
 		p.mu.Unlock()
