@@ -10,7 +10,7 @@ package main
 // RAFTLOCK_SCALE_LOCKS, _EXPIRIES, _HOLDERS and _RENEW_TTL_MS change the sizes
 // (defaults 1,000,000, 100,000, 10,000 and 10s); RAFTLOCK_SCALE_KEEP=DIR
 // keeps the nodes' data dirs and logs there; RAFTLOCK_SCALE_FLAGS adds serve
-// flags (e.g. "--log-store wal") and RAFTLOCK_SCALE_ENV environment to the
+// flags (e.g. "--log-store boltdb") and RAFTLOCK_SCALE_ENV environment to the
 // nodes (e.g. "GOMEMLIMIT=640MiB"); RAFTLOCK_SCALE_PROFILE=DIR writes the
 // leader's CPU profile around the expiry (BenchmarkScaleExpiry) and its heap
 // profiles (BenchmarkScaleHeldLocks) there.
