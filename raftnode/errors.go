@@ -55,6 +55,12 @@ func raftError(op string, err error) error {
 		return fmt.Errorf("%s: %w (leadership lost)", op, ErrNoLeader)
 	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return ErrNoLeader // refused before it was logged: safe to retry
+	case errors.Is(err, raft.ErrAbortedByRestore) && write:
+		// Writes wait while a restore installs (appendMu), so this needs an
+		// entry raft had in flight as the restore began; it is not applied,
+		// but saying so would rest on raft's bookkeeping of in-flight
+		// entries, so it is answered like any write lost in flight.
+		return fmt.Errorf("%s: %w: a backup restore replaced the state with the entry in flight", op, ErrIndeterminate)
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return ErrOverloaded // never reached the log
 	case errors.Is(err, raft.ErrRaftShutdown) && write:

@@ -23,6 +23,7 @@ func TestRaftErrorSaysOnlyWhatIsKnown(t *testing.T) {
 		// down is answered ErrRaftShutdown.
 		{"apply release", raft.ErrRaftShutdown, ErrShutdown, true},
 		{"add voter n4", raft.ErrRaftShutdown, ErrShutdown, true},
+		{"apply acquire", raft.ErrAbortedByRestore, ErrIndeterminate, true},
 		{"apply acquire", raft.ErrEnqueueTimeout, ErrOverloaded, false},
 		{"apply acquire", raft.ErrNotLeader, ErrNotLeader, false},
 		{"apply acquire", raft.ErrLeadershipTransferInProgress, ErrNoLeader, false},
