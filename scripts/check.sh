@@ -6,6 +6,7 @@
 #   scripts/check.sh 10m --seed 1234    # replay a seed for longer
 #   scripts/check.sh 1m --clock-faults  # add clock faults (builds raftlock with -tags raftlock_faults)
 #   scripts/check.sh 1m --mix 0         # locks alone, without the session, semaphore and shared-lock cycles
+#   scripts/check.sh 1m --faults restore  # backup restores alone (the default cycle has them among the rest)
 # Exit status: 0 when every property holds, 1 on a violation (the report
 # names the directory holding the journal, node logs and porcupine's HTML),
 # 2 when the run could not be made.

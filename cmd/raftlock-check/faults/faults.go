@@ -26,13 +26,13 @@ const (
 	FollowerRestart = "follower-restart"
 	Transfer        = "leader-transfer"
 	// Restore saves a backup (GET /v1/snapshot) and restores it 0.5-3 s
-	// later (POST /v1/snapshot) while the workload keeps writing. Not in
-	// All: a run asks for it by name (restore.go).
+	// later (POST /v1/snapshot) while the workload keeps writing
+	// (restore.go).
 	Restore = "restore"
 )
 
 // All lists every kind, in the order a run cycles through them.
-var All = []string{LeaderKill, HolderPause, LeaderPause, FollowerRestart, Transfer}
+var All = []string{LeaderKill, HolderPause, LeaderPause, FollowerRestart, Transfer, Restore}
 
 // Fault is one injected fault.
 type Fault struct {
