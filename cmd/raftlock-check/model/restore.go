@@ -237,6 +237,12 @@ func unknown(o history.Op) history.Op {
 //     new grants.)
 //
 // A restore with no definite answer promises nothing checkable here.
+//
+// The index promise is global (docs/API.md: "every lock's index (held,
+// free or never seen) is above every index any read or grant answered
+// before it, on any lock"): a read of any lock after the restore is also
+// checked against the highest index read and token granted on any lock or
+// semaphore before the restore was sent.
 func RestoreFencing(ops []history.Op, restores []Restore) []Violation {
 	var vs []Violation
 	firstSend := map[string]int64{}
@@ -296,6 +302,23 @@ func RestoreFencing(ops []history.Op, restores []Restore) []Violation {
 			}
 			tops[name] = t
 		}
+		// The highest index or token answered on any lock or semaphore
+		// before the restore was sent: every lock's index after it is
+		// above (docs/API.md: "on any lock"). Ones answered while it ran
+		// may be past the install, above locks nobody wrote since, so they
+		// are compared per lock only.
+		var global *history.Op
+		var globalV uint64
+		for _, o := range ops {
+			if o.Return >= r.Sent || !o.Definite() {
+				continue
+			}
+			v, ok := indexOrToken(o)
+			if ok && (global == nil || v > globalV) {
+				c := o
+				global, globalV = &c, v
+			}
+		}
 		for _, o := range ops {
 			if o.Call <= r.Answered || !o.Definite() {
 				continue
@@ -309,6 +332,9 @@ func RestoreFencing(ops []history.Op, restores []Restore) []Violation {
 				case t.any != nil && o.Index < t.any.v:
 					vs = append(vs, Violation{"k", fmt.Sprintf("lock %q: read %s (c%d, sent t=%.3fs, after restore %d answered at t=%.3fs) answered index %d, below %d answered by %s %s (c%d) at t=%.3fs while the restore ran",
 						o.Name, o.ID, o.Client, secs(o.Call), ri+1, secs(r.Answered), o.Index, t.any.v, t.any.op.Kind, t.any.op.ID, t.any.op.Client, secs(t.any.op.Return))})
+				case global != nil && o.Index <= globalV:
+					vs = append(vs, Violation{"k", fmt.Sprintf("lock %q: read %s (c%d, sent t=%.3fs, after restore %d answered at t=%.3fs) answered index %d, not above %d answered by %s %s on %q (c%d) at t=%.3fs before the restore was sent",
+						o.Name, o.ID, o.Client, secs(o.Call), ri+1, secs(r.Answered), o.Index, globalV, global.Kind, global.ID, global.Name, global.Client, secs(global.Return))})
 				}
 			}
 			if topTok != nil && o.Outcome == history.OK && (o.Kind == history.Acquire || o.Kind == history.SemAcquire) {
@@ -324,4 +350,16 @@ func RestoreFencing(ops []history.Op, restores []Restore) []Violation {
 		}
 	}
 	return vs
+}
+
+// indexOrToken is the Raft index an op's answer shows: a read's index, a
+// grant's token (a lock's or a permit's).
+func indexOrToken(o history.Op) (uint64, bool) {
+	switch {
+	case o.Kind == history.Read && (o.Outcome == history.OK || o.Outcome == history.Free):
+		return o.Index, true
+	case (o.Kind == history.Acquire || o.Kind == history.SemAcquire) && o.Outcome == history.OK:
+		return o.Token, true
+	}
+	return 0, false
 }

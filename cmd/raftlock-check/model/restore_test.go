@@ -210,3 +210,28 @@ func TestEpochsTakeBackALockOnceFreed(t *testing.T) {
 		t.Errorf("with a slow grant: L judged from %d with %v, want from op 8 alone", eps[1].From["lock:L"], eps[1].Ops)
 	}
 }
+
+// The index promise is global: after a restore a read of any lock shows an
+// index above everything read or granted, on any lock, before the restore
+// was sent. What was answered while it ran may lie past the install, above
+// a lock nobody wrote since: that is compared per lock only.
+func TestRestoreFencingIndexesAcrossLocks(t *testing.T) {
+	restores := []Restore{{Sent: 200 * ms, Answered: 250 * ms}}
+	on := func(o history.Op, name string) history.Op {
+		o.Name = name
+		return o
+	}
+	ops := []history.Op{
+		op("1", 1, history.Acquire, "A", 10_000, 100, 110, history.OK, 150),          // on L, before the send
+		on(op("2", 2, history.Acquire, "B", 10_000, 240, 245, history.OK, 300), "Y"), // past the install
+		on(readOp("3", 3, 260, 270, history.Free, 260), "X"),                         // above 150: fine
+	}
+	if vs := RestoreFencing(ops, restores); len(vs) > 0 {
+		t.Fatalf("correct history: %v", vs)
+	}
+	ops = append(ops, on(readOp("4", 3, 280, 290, history.Free, 150), "M")) // not above L's 150
+	vs := RestoreFencing(ops, restores)
+	if len(vs) != 1 || !strings.Contains(vs[0].Detail, `read 4 `) || !strings.Contains(vs[0].Detail, `on "L"`) {
+		t.Fatalf("want one violation naming read 4 and lock L: %v", vs)
+	}
+}
