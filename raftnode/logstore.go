@@ -74,6 +74,9 @@ func openLogStore(dir, kind string, bolt *raftboltdb.BoltStore, log hclog.Logger
 			return nil, nil, fmt.Errorf("remove leftover %s: %w", filepath.Join(dir, d), err)
 		}
 	}
+	if err := checkWALMeta(dir); err != nil {
+		return nil, nil, err
+	}
 	switch kind {
 	case LogStoreWAL:
 		w, err := migrateToWAL(dir, bolt, log)

@@ -63,6 +63,30 @@ const (
 // that size dies of SIGBUS instead of returning an error. A missing or empty
 // file is fine (bolt makes a new one).
 func checkBoltFile(path string) error {
+	return checkBolt(path, func(why string, size int64) error {
+		return fmt.Errorf("%s is damaged (%s; %d bytes): this node's Raft log and vote record cannot be read. "+
+			"Restore it from a backup, or move the data dir aside and let the node rejoin the cluster empty", path, why, size)
+	})
+}
+
+// checkWALMeta refuses a DATA/wal/wal-meta.db that bolt would crash on, as
+// checkBoltFile does raft.db: raft-wal keeps in it which segment files make
+// up the log, in a bolt file of its own, and a truncated one ended the
+// process in SIGBUS. It runs before either log store kind opens the WAL
+// (--log-store boltdb opens it too, to move the log out).
+func checkWALMeta(dataDir string) error {
+	path := filepath.Join(dataDir, walDir, "wal-meta.db")
+	return checkBolt(path, func(why string, size int64) error {
+		return fmt.Errorf("%s is damaged (%s; %d bytes): it records which files in %s hold this node's Raft log, "+
+			"so the log cannot be read (neither --log-store can open it). "+
+			"Restore the data dir from a backup, or move the data dir aside and let the node rejoin the cluster empty",
+			path, why, size, filepath.Dir(path))
+	})
+}
+
+// checkBolt checks the bolt file at path (see checkBoltFile); damaged makes
+// the error that says what is wrong with it.
+func checkBolt(path string, damaged func(why string, size int64) error) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -78,10 +102,6 @@ func checkBoltFile(path string) error {
 	size := fi.Size()
 	if size == 0 {
 		return nil
-	}
-	damaged := func(why string) error {
-		return fmt.Errorf("%s is damaged (%s; %d bytes): this node's Raft log and vote record cannot be read. "+
-			"Restore it from a backup, or move the data dir aside and let the node rejoin the cluster empty", path, why, size)
 	}
 	var best struct{ txid, pages, pageSize uint64 }
 	found := false
@@ -118,10 +138,10 @@ func checkBoltFile(path string) error {
 		}
 	}
 	if !found {
-		return damaged("no valid bolt meta page")
+		return damaged("no valid bolt meta page", size)
 	}
 	if want := best.pages * best.pageSize; uint64(size) < want {
-		return damaged(fmt.Sprintf("truncated: its meta page needs %d bytes", want))
+		return damaged(fmt.Sprintf("truncated: its meta page needs %d bytes", want), size)
 	}
 	return nil
 }

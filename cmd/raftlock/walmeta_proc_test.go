@@ -1,0 +1,33 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Issue 13 item 2 made a truncated raft.db a refusal (exit 1, what is
+// wrong) instead of `fatal error: SIGBUS`. The WAL, now the default log
+// store, keeps its own bolt file, DATA/wal/wal-meta.db (which segment files
+// make up the log); truncated the same way, it is not checked.
+//
+// Expected: exit 1, naming the damaged file.
+// Observed: see the failure (a crash, or a start).
+func TestServeRefusesTruncatedWALMeta(t *testing.T) {
+	s := newSingleNode(t)
+	s.seed(t)
+	db := filepath.Join(s.data, "wal", "wal-meta.db")
+	fi, err := os.Stat(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int64{fi.Size() / 2, 100} {
+		t.Run(fmt.Sprintf("%d of %d bytes", size, fi.Size()), func(t *testing.T) {
+			if err := os.Truncate(db, size); err != nil {
+				t.Fatal(err)
+			}
+			s.refused(t, "wal-meta.db")
+		})
+	}
+}
