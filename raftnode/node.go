@@ -152,6 +152,12 @@ func (n *Node) open() error {
 	if err := checkVoteRecord(store, logStore, snaps, cfg.DataDir, cfg.AllowLostVoteRecord, n.log); err != nil {
 		return err
 	}
+	// A kill between a snapshot install (or restore) and the log reset that
+	// follows it would strand the node on the WAL; finish the reset.
+	scratch := func(r io.Reader) error { return fsm.New().Restore(r) }
+	if err := clearLogBelowSnapshot(logStore, snaps, scratch, n.log); err != nil {
+		return err
+	}
 	nt, err := newTransport(cfg)
 	if err != nil {
 		return err
