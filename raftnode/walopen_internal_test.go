@@ -242,8 +242,9 @@ func (walSpanOnly) DeleteRange(uint64, uint64) error { return nil }
 // again, and fails the same way, for good. On boltdb, which takes the gap,
 // the node writes on.
 //
-// Expected: restarted, the node takes writes.
-// Observed: every write fails; the log says non-monotonic.
+// Expected: restarted, the node takes writes (its start clears the log the
+// snapshot covers: clearLogBelowSnapshot). Before that fix every write
+// failed and the log said non-monotonic.
 func TestWALRestoreKilledBetweenSnapshotAndLogClearStillTakesWrites(t *testing.T) {
 	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
 		t.Run(kind, func(t *testing.T) { restoreKilledBeforeLogReset(t, kind) })

@@ -10,10 +10,10 @@ import (
 // Issue 13 item 2 made a truncated raft.db a refusal (exit 1, what is
 // wrong) instead of `fatal error: SIGBUS`. The WAL, now the default log
 // store, keeps its own bolt file, DATA/wal/wal-meta.db (which segment files
-// make up the log); truncated the same way, it is not checked.
+// make up the log); truncated the same way, it was not checked.
 //
-// Expected: exit 1, naming the damaged file.
-// Observed: see the failure (a crash, or a start).
+// Expected: exit 1, naming the damaged file (checkWALMeta). Before that
+// fix: `fatal error: fault` (SIGBUS), exit 2.
 func TestServeRefusesTruncatedWALMeta(t *testing.T) {
 	s := newSingleNode(t)
 	s.seed(t)
