@@ -11,9 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
 	walfs "github.com/hashicorp/raft-wal/fs"
-	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
 )
@@ -104,59 +102,6 @@ func walExists(dir string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// walStore is a raft-wal log. Its Close also closes the WAL's meta
-// database: wal.WAL.Close (v0.4.0) leaves wal-meta.db open and flocked, and
-// the next open in this process (a node restarted in a test) would wait on
-// that lock forever.
-type walStore struct {
-	*wal.WAL
-	meta *metadb.BoltMetaDB
-}
-
-func (w *walStore) Close() error {
-	err := w.WAL.Close()
-	if merr := w.meta.Close(); err == nil && merr != nil {
-		err = fmt.Errorf("close wal meta: %w", merr)
-	}
-	return err
-}
-
-// GetLog answers ErrLogNotFound below the first index. raft-wal (v0.4.0)
-// drops a head of the log only logically and still serves those entries
-// from its tail segment; the leader would then replicate compacted entries
-// instead of sending its snapshot, as it does with boltdb.
-func (w *walStore) GetLog(index uint64, l *raft.Log) error {
-	first, err := w.WAL.FirstIndex()
-	if err != nil {
-		return err
-	}
-	if index < first {
-		return raft.ErrLogNotFound
-	}
-	return w.WAL.GetLog(index, l)
-}
-
-func openWAL(path string, log hclog.Logger) (*walStore, error) {
-	if err := os.MkdirAll(path, 0o700); err != nil {
-		return nil, fmt.Errorf("wal dir %s: %w", path, err)
-	}
-	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(path, wal.WithLogger(log.Named("wal")), wal.WithMetaStore(meta),
-		wal.WithSegmentFiler(indexlessSealFiler{segment.NewFiler(path, privateVFS{walfs.New()})}))
-	if err != nil {
-		meta.Close()
-		return nil, fmt.Errorf("open raft log (wal) in %s: %w", path, err)
-	}
-	// The log holds every lease id: its files are private, as raft.db is.
-	// raft-wal makes them 0644; segments made later go through privateVFS.
-	if err := makePrivate(path); err != nil {
-		w.Close()
-		meta.Close()
-		return nil, fmt.Errorf("wal dir %s: %w", path, err)
-	}
-	return &walStore{WAL: w, meta: meta}, nil
 }
 
 // indexlessSealFiler works around hashicorp/raft-wal#31 (fixed upstream by
