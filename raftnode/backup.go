@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -205,7 +207,9 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 	if !n.IsLeader() {
 		return BackupInfo{}, ErrNotLeader
 	}
+	before := n.raft.LastIndex()
 	if err := n.installBackup(ctx, info, snap); err != nil {
+		n.noteUnconfirmedRestore(before, err)
 		return BackupInfo{}, err
 	}
 	// The machine's last command index is the backup's, far below Raft's
@@ -231,6 +235,153 @@ func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
 	}
 	n.log.Warn("cluster state restored from a backup", "backup_index", info.Index, "backup_term", info.Term, "locks", info.Locks)
 	return info, nil
+}
+
+// A restore raft installs here but whose commit fails (the leader lost its
+// quorum before a follower had the snapshot: raft.Restore's no-op is then
+// "outcome unknown") leaves this node's machine on a state the cluster may
+// never have committed, recorded by raft as a snapshot at an index R past
+// its log. If the others elected a leader without it, that leader's entry at
+// R is another, and hashicorp/raft v1.7.3 gives this node no way back:
+//
+//   - restoreUserSnapshot (raft.go:1138-1194) burns R as a hole (lastLog = R
+//     with no entry there) and, on a monotonic store (the WAL), deletes the
+//     whole log below it;
+//   - appendEntries (raft.go:1509-1521) reads its own entry for every
+//     incoming index up to its last one, and refuses the batch when that read
+//     fails ("failed to get log entry"), without clearing anything;
+//   - the leader then steps nextIndex back one entry per refusal
+//     (replication.go:256) and sends a snapshot only when its own log lacks
+//     the entries (replication.go:223, setupAppendEntries): with an
+//     uncompacted log, never.
+//
+// Two things put it right. The node says it is not ready and answers no read
+// from that state until raft's applied index shows the restore confirmed or
+// replaced (restoreUnconfirmed). And the leader notices a follower refusing
+// entries it claims to hold (watchedTransport.AppendEntries) and compacts its
+// own log past them (compactPastRefused), so raft sends that follower its
+// snapshot, which takes the uncommitted state out.
+
+// noteUnconfirmedRestore records a restore that failed after raft installed
+// it on this node: a snapshot past the log's last index before the restore
+// (before) is the restore's.
+func (n *Node) noteUnconfirmedRestore(before uint64, err error) {
+	snapIndex, _ := strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64)
+	if snapIndex <= before {
+		return // refused before raft installed anything
+	}
+	n.fsm.integrity.unconfirmedRestore.Store(snapIndex)
+	// Kept across a restart too: raft restores the same state from the
+	// same snapshot then.
+	path := filepath.Join(n.cfg.DataDir, unconfirmedRestoreFile)
+	if werr := os.WriteFile(path, []byte(strconv.FormatUint(snapIndex, 10)+"\n"), 0o600); werr != nil {
+		n.log.Error("cannot record the unconfirmed restore in the data dir; a restart will not know of it", "path", path, "error", werr)
+	}
+	n.log.Warn("a backup restore reached this node's state but was not confirmed committed; "+
+		"this node serves no reads and says not ready until it is, or until the leader's snapshot replaces it",
+		"restore_index", snapIndex, "error", err)
+}
+
+// unconfirmedRestoreFile, in the data dir, holds the index of a restore
+// noteUnconfirmedRestore recorded, until restoreUnconfirmed sees it settled.
+const unconfirmedRestoreFile = "restore-unconfirmed"
+
+// restoreUnconfirmed reports whether this node's state is a restore it
+// installed whose commit it has not seen (noteUnconfirmedRestore). Raft's
+// applied index past R+1 (R+1 is raft.Restore's own no-op, R the restore's
+// index) says the cluster took the restore, or that a snapshot from the
+// leader replaced it: this node's log cannot pass R+1 otherwise (raft
+// v1.7.3 may apply its own entry at R+1 on a batch it accepts below R, so
+// R+1 alone does not tell). As leader, a commit past R says it.
+func (n *Node) restoreUnconfirmed() bool {
+	g := &n.fsm.integrity
+	path := filepath.Join(n.cfg.DataDir, unconfirmedRestoreFile)
+	g.unconfirmedLoad.Do(func() { // once a process: the file a run before this one left
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return
+		}
+		if r, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			g.unconfirmedRestore.CompareAndSwap(0, r)
+		} else {
+			n.log.Warn("unreadable unconfirmed-restore record; ignored", "path", path, "error", err)
+		}
+	})
+	r := g.unconfirmedRestore.Load()
+	if r == 0 {
+		return false
+	}
+	applied := n.raft.AppliedIndex()
+	if applied > r+1 || (applied > r && n.IsLeader()) {
+		if g.unconfirmedRestore.CompareAndSwap(r, 0) {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				n.log.Warn("cannot remove the unconfirmed-restore record", "path", path, "error", err)
+			}
+			n.log.Info("this node's state is the cluster's again after an unconfirmed backup restore", "restore_index", r, "applied", applied)
+		}
+		return false
+	}
+	return true
+}
+
+// refusedCompactEvery is the least time between two compactions
+// compactPastRefused makes.
+const refusedCompactEvery = time.Minute
+
+// compactPastRefused runs on the leader (watchIntegrity): when a follower
+// refused a batch of entries it claims to hold (watchedTransport noted the
+// batch's last index), it takes a snapshot and compacts this log past that
+// index, keeping as many trailing entries as it can, so that raft's next
+// try sends the follower the snapshot instead of the same batch.
+func (n *Node) compactPastRefused() {
+	index := n.transport.unreadable.Swap(0)
+	if index == 0 {
+		return
+	}
+	first, err := n.logs.FirstIndex()
+	if err != nil {
+		n.log.Warn("cannot read this log's first index", "error", err)
+		return
+	}
+	if first == 0 || first > index {
+		return // compacted past it already: raft sends the snapshot by itself
+	}
+	if since := time.Since(n.transport.compactedAt); since < refusedCompactEvery {
+		// A follower whose disk refuses a suffix it must rewrite is noted
+		// too, and a snapshot may not help it: not a snapshot a second.
+		n.log.Warn("a follower still refuses entries it claims to hold; the last compaction for it was recent", "through", index, "ago", since)
+		return
+	}
+	n.transport.compactedAt = time.Now()
+	n.log.Warn("a follower refuses entries its log claims to hold (a hole in it, as after a backup restore that never committed); "+
+		"compacting this log so that raft sends it a snapshot", "through", index, "first_index", first)
+	// Everything logged before the Barrier, the refused batch too, is applied
+	// when it returns: the snapshot below covers index.
+	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		n.log.Warn("compaction for a follower: barrier failed", "error", err)
+		return
+	}
+	rc := n.raft.ReloadableConfig()
+	keep := uint64(0)
+	if last := n.raft.LastIndex(); last > index {
+		keep = min(rc.TrailingLogs, last-index)
+	}
+	short := rc
+	short.TrailingLogs = keep
+	if err := n.raft.ReloadConfig(short); err != nil {
+		n.log.Warn("compaction for a follower: reload config", "error", err)
+		return
+	}
+	err = n.raft.Snapshot().Error()
+	if rerr := n.raft.ReloadConfig(rc); rerr != nil {
+		n.log.Error("compaction for a follower: trailing logs not restored", "trailing_logs", rc.TrailingLogs, "error", rerr)
+	}
+	if err != nil {
+		n.log.Warn("compaction for a follower: snapshot failed", "error", err)
+		return
+	}
+	first, _ = n.logs.FirstIndex()
+	n.log.Info("log compacted for a follower that needs a snapshot", "first_index", first)
 }
 
 // SaveSnapshot writes a backup file to w (httpapi.Snapshotter).

@@ -128,6 +128,12 @@ type integrity struct {
 	diverged atomic.Uint64 // index whose hash differed from the leader's; 0: none
 	checked  atomic.Uint64 // last marked index whose hash matched the leader's
 	log      atomic.Pointer[hclog.Logger]
+
+	// unconfirmedRestore is the raft index of a backup restore this node
+	// installed as leader whose commit it has not seen (0: none); see
+	// Node.restoreUnconfirmed in backup.go.
+	unconfirmedRestore atomic.Uint64
+	unconfirmedLoad    sync.Once // reads the data dir's record (backup.go)
 }
 
 // keepMarks bounds the hashes kept while their check is on its way.
@@ -335,7 +341,8 @@ func (n *Node) CheckState(ctx context.Context) (uint64, error) {
 
 // watchIntegrity runs state checks every interval while this node leads
 // (interval < 0: never), and hands leadership away at once if this node
-// has diverged: its state must not answer anyone.
+// has diverged: its state must not answer anyone. A leader also sees here to
+// a follower that can take no entry until it gets a snapshot.
 func (n *Node) watchIntegrity(interval time.Duration) {
 	defer n.wg.Done()
 	log := n.log.Named("integrity")
@@ -351,8 +358,10 @@ func (n *Node) watchIntegrity(interval time.Duration) {
 		case <-n.stop:
 			return
 		case <-poll.C:
+		case <-n.transport.unreadableCh:
 		}
 		if !n.IsLeader() {
+			n.transport.unreadable.Store(0) // refusals an earlier leadership saw
 			continue
 		}
 		if index, bad := n.Diverged(); bad {
@@ -362,6 +371,7 @@ func (n *Node) watchIntegrity(interval time.Duration) {
 			}
 			continue
 		}
+		n.compactPastRefused() // a follower that needs a snapshot to go on (backup.go)
 		if next.IsZero() || time.Now().Before(next) || n.readyTerm.Load() != n.raft.CurrentTerm() {
 			continue
 		}

@@ -32,10 +32,14 @@ const DefaultReadyMaxLag = 4096
 // Neither compares applied with commit exactly: they differ for moments
 // after every commit, and a probe that flickered with every append would be
 // useless to a load balancer. A node whose state diverged from the leader's
-// is never ready.
+// is never ready, nor one holding a backup restore it installed as leader
+// whose commit it has not seen.
 func (n *Node) Ready() bool {
 	if _, bad := n.Diverged(); bad {
 		return false
+	}
+	if n.restoreUnconfirmed() {
+		return false // a backup restore the cluster may never have committed (backup.go)
 	}
 	if id, _ := n.Leader(); id == "" {
 		return false
@@ -60,6 +64,9 @@ func (n *Node) Ready() bool {
 func (n *Node) Read(ctx context.Context, stale bool) (store.LockReader, error) {
 	if _, bad := n.Diverged(); bad {
 		return nil, ErrDiverged // its state is not the cluster's, stale or not
+	}
+	if n.restoreUnconfirmed() {
+		return nil, ErrDiverged // nor known to be: a restore not seen committed (backup.go)
 	}
 	if stale {
 		if n.IsLeader() {

@@ -106,12 +106,51 @@ type watchedTransport struct {
 	closeOnce    sync.Once
 	leaderCommit atomic.Uint64
 	onAppend     func(*raft.AppendEntriesRequest)
+
+	// unreadable is the last index of the latest batch a follower refused
+	// though its log reaches that far (0: none since last taken); see
+	// AppendEntries. unreadableCh wakes the leader's watch (integrity.go).
+	unreadable   atomic.Uint64
+	unreadableCh chan struct{}
+	compactedAt  time.Time // the last such compaction (watchIntegrity's goroutine only)
 }
 
 func watchTransport(t *raft.NetworkTransport, onAppend func(*raft.AppendEntriesRequest)) *watchedTransport {
-	w := &watchedTransport{NetworkTransport: t, ch: make(chan raft.RPC), done: make(chan struct{}), onAppend: onAppend}
+	w := &watchedTransport{NetworkTransport: t, ch: make(chan raft.RPC), done: make(chan struct{}), onAppend: onAppend,
+		unreadableCh: make(chan struct{}, 1)}
 	go w.forward()
 	return w
+}
+
+// AppendEntries is the network transport's, as raft's leader sends it. It
+// notes a follower that passed the consistency check but refused entries at
+// or below its own last index: hashicorp/raft (v1.7.3) answers so when it
+// cannot read one of its own entries there ("failed to get log entry",
+// raft.go appendEntries), as after a backup restore it installed as leader
+// and never committed (raft.go restoreUserSnapshot leaves a hole at the
+// restore's index, and on a WAL removes the whole log below it). The leader
+// then walks its nextIndex back one entry per refusal and resends from
+// there, forever: it sends a snapshot only once its own log no longer holds
+// the entries it would send (replication.go replicateTo, setupAppendEntries).
+// The leader's watch compacts its log past that batch (compactPastRefused),
+// so that the snapshot goes out and the follower's state is the cluster's
+// again. A refused consistency check (NoRetryBackoff), a stale term and a
+// refused append past the follower's last index (a failing disk) are not
+// noted: nothing a snapshot would fix.
+func (w *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if err := w.NetworkTransport.AppendEntries(id, target, args, resp); err != nil {
+		return err
+	}
+	if !resp.Success && !resp.NoRetryBackoff && resp.Term == args.Term && len(args.Entries) > 0 && args.Entries[0].Index <= resp.LastLog {
+		last := args.Entries[len(args.Entries)-1].Index
+		for cur := w.unreadable.Load(); last > cur && !w.unreadable.CompareAndSwap(cur, last); cur = w.unreadable.Load() {
+		}
+		select {
+		case w.unreadableCh <- struct{}{}:
+		default:
+		}
+	}
+	return nil
 }
 
 func (w *watchedTransport) Consumer() <-chan raft.RPC { return w.ch }
