@@ -394,3 +394,47 @@ func TestWALTornSealingBatchStillAppends(t *testing.T) {
 			strings.Join(failed, "\n"))
 	}
 }
+
+// Each time raft clears a log suffix (a follower dropping entries a new
+// leader never committed: any leader change with writes in flight),
+// raft-wal v0.4.0 seals the tail segment where it stands and starts a new
+// one, preallocated to 64 MiB. The old segments stay until compaction
+// passes them, which with the defaults (SnapshotThreshold 8192,
+// TrailingLogs 10240) is thousands of entries later. A few leader changes
+// under load thus take GiBs of disk for a log of a few KiB, and a full
+// disk is what wedges the WAL (TestWALTransientWriteErrorHealsOnRetry:
+// a segment that cannot be created at rotation or at the next clearing).
+//
+// Expected: disk use bounded by the log, not by the number of clearings
+// (here: under 3 segments' worth for a 180-entry log).
+// Observed: one 64 MiB segment per clearing (about 1.3 GiB after 20).
+func TestWALSuffixClearingsDiskBounded(t *testing.T) {
+	dir := t.TempDir()
+	s := openStores(t, dir, LogStoreWAL)
+	var last uint64
+	for c := 0; c < 20; c++ {
+		if err := s.logs.StoreLogs(entries(last+1, last+10)); err != nil {
+			t.Fatal(err)
+		}
+		last += 10
+		// The new leader never had the last entry: it goes.
+		if err := s.logs.DeleteRange(last, last); err != nil {
+			t.Fatal(err)
+		}
+		last--
+	}
+	s.close(t)
+	segs, _ := filepath.Glob(filepath.Join(dir, walDir, "*.wal"))
+	var allocated int64
+	for _, seg := range segs {
+		fi, err := os.Stat(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocated += fi.Sys().(*syscall.Stat_t).Blocks * 512
+	}
+	if limit := int64(3 * wal.DefaultSegmentSize); allocated > limit {
+		t.Fatalf("a %d-entry log after 20 suffix clearings takes %d segment files and %d MiB of disk (limit %d MiB)",
+			last, len(segs), allocated>>20, limit>>20)
+	}
+}
