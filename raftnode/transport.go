@@ -136,7 +136,8 @@ func watchTransport(t *raft.NetworkTransport, onAppend func(*raft.AppendEntriesR
 // so that the snapshot goes out and the follower's state is the cluster's
 // again. A refused consistency check (NoRetryBackoff), a stale term and a
 // refused append past the follower's last index (a failing disk) are not
-// noted: nothing a snapshot would fix.
+// noted: nothing a snapshot would fix. Pipelined replication is off
+// (newTransport), so every batch and its answer pass through here.
 func (w *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if err := w.NetworkTransport.AppendEntries(id, target, args, resp); err != nil {
 		return err
