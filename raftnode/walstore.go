@@ -302,9 +302,24 @@ func (w *walStore) healLocked() error {
 // fails, the WAL is kept for reads up to the last index before op (what
 // raft was told is stored) and reopened by the next write: raft-wal's
 // writer cannot be trusted to take another append (see walStore).
+//
+// ErrSealed is retried once, after the reopen: raft-wal's background
+// rotation after the append that filled the segment failed (it only logs
+// that), and the op wrote nothing; reopened, the WAL completes the rotation
+// if the disk takes it now, and a leader need not step down for a write
+// the disk would have taken.
 func (w *walStore) write(op func(*wal.WAL) error) error {
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()
+	err := w.writeOnce(op)
+	if errors.Is(err, wal.ErrSealed) {
+		err = w.writeOnce(op)
+	}
+	return err
+}
+
+// writeOnce is write without the retry; w.writeMu is held.
+func (w *walStore) writeOnce(op func(*wal.WAL) error) error {
 	w.mu.RLock()
 	if w.broken {
 		w.mu.RUnlock()

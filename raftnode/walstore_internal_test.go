@@ -2,12 +2,17 @@ package raftnode
 
 import (
 	"bytes"
+	"io/fs"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 // A reopen after a failed write swaps the WAL under readers: replication
@@ -116,5 +121,54 @@ func TestWALStoreLogsAgainIdenticalOnly(t *testing.T) {
 	}
 	if err := w.StoreLogs(entries(13, 13)); err != nil {
 		t.Fatalf("append after a refused one: %v", err)
+	}
+}
+
+// createFailsOnceVFS fails the first segment create after it is armed
+// (ENOSPC, as a full disk answers the preallocation) and closes failed.
+type createFailsOnceVFS struct {
+	privateVFS
+	armed  *atomic.Bool
+	failed chan struct{}
+}
+
+func (v createFailsOnceVFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	if v.armed.CompareAndSwap(true, false) {
+		close(v.failed)
+		return nil, &fs.PathError{Op: "fallocate", Path: filepath.Join(dir, name), Err: syscall.ENOSPC}
+	}
+	return v.privateVFS.Create(dir, name, size)
+}
+
+// A segment rotation that fails once (raft-wal runs it in the background
+// after the append that filled the segment, and only logs its error) costs
+// no failed write when the disk takes the next create: the append after it,
+// refused as ErrSealed, is retried on the reopened WAL.
+func TestWALStoreRotationFailedOnceCostsNoWrite(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), walDir)
+	v := createFailsOnceVFS{privateVFS{walfs.New()}, new(atomic.Bool), make(chan struct{})}
+	w, err := openWALSized(dir, hclog.NewNullLogger(), v, 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.armed.Store(true) // the next create is the first rotation's
+	for i := uint64(1); i <= 20; i++ {
+		if err := w.StoreLogs(bigEntries(i, i)); err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	select {
+	case <-v.failed:
+	default:
+		t.Fatal("no segment create failed: 20 MiB did not rotate a 4 MiB segment")
+	}
+	w.Close()
+	w, err = openWALSized(dir, hclog.NewNullLogger(), v, 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if first, last, err := span(w); err != nil || first != 1 || last != 20 {
+		t.Fatalf("reopened: span %d..%d (%v), want 1..20", first, last, err)
 	}
 }
