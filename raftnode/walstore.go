@@ -128,8 +128,9 @@ func openWALSized(path string, log hclog.Logger, vfs types.VFS, segSize int) (*w
 //     with the batch that filled it) but not in wal-meta.db: raft-wal
 //     records the rotation (tail sealed, next segment) in a separate commit
 //     after that append returns, on a background goroutine; a kill between
-//     the two leaves this, and raft-wal's open recovers the tail as a sealed
-//     writer it never rotates. The rotation is committed here, as raft-wal
+//     the two leaves this (so does a Close right after that append: the
+//     rotation then skips its work), and raft-wal's open recovers the tail
+//     as a sealed writer it never rotates. The rotation is committed here, as raft-wal
 //     would have: the tail sealed at its last entry with its index block,
 //     and a next segment whose file raft-wal's open creates (it creates a
 //     tail segment missing after its meta commit, the crash case it already
@@ -147,7 +148,7 @@ func openWALFiles(path string, log hclog.Logger, vfs types.VFS, segSize int) (*w
 		meta.Close()
 		return nil, nil, fmt.Errorf("open raft log (wal) in %s: %w", path, err)
 	}
-	filer.opened = nil
+	filer.opened, filer.tracking = nil, true
 	w, err := wal.Open(path, wal.WithLogger(log.Named("wal")), wal.WithMetaStore(meta),
 		wal.WithSegmentFiler(filer), wal.WithSegmentSize(segSize))
 	if err != nil {
@@ -156,6 +157,9 @@ func openWALFiles(path string, log hclog.Logger, vfs types.VFS, segSize int) (*w
 		meta.Close()
 		return nil, nil, fmt.Errorf("open raft log (wal) in %s: %w", path, err)
 	}
+	// Open: the WAL owns its segments now. No append (so no rotation, the
+	// only other caller of the filer) has run yet.
+	filer.opened, filer.tracking = nil, false
 	return w, meta, nil
 }
 
@@ -225,7 +229,7 @@ func rotateSealedTail(path string, meta *metadb.BoltMetaDB, filer *walFiler, seg
 	if err := meta.CommitState(ps); err != nil {
 		return fmt.Errorf("record the rotation of wal segment from index %d, sealed at %d: %w", tail.BaseIndex, last, err)
 	}
-	log.Warn("wal: the tail segment was sealed but its rotation not recorded (a crash); recorded it",
+	log.Warn("wal: the tail segment was sealed but its rotation not recorded (a crash or close right after it); recorded it",
 		"segment_base", tail.BaseIndex, "last", last)
 	return nil
 }
@@ -455,19 +459,26 @@ func (w *walStore) Close() error {
 
 // walFiler is raft-wal's segment filer with two repairs: sealed segments
 // without an index block (indexlessSealFiler), and a tail whose sealing
-// batch was torn (RecoverTail). It remembers what it opened, for openWALFiles
-// to close when raft-wal's open fails half way.
+// batch was torn (RecoverTail). While tracking, it remembers what it opened,
+// for openWALFiles to close when raft-wal's open fails half way.
 type walFiler struct {
 	*segment.Filer
-	dir    string
-	vfs    types.VFS
-	opened []io.Closer
+	dir      string
+	vfs      types.VFS
+	tracking bool
+	opened   []io.Closer
+}
+
+func (f *walFiler) track(c io.Closer) {
+	if f.tracking {
+		f.opened = append(f.opened, c)
+	}
 }
 
 func (f *walFiler) Open(info types.SegmentInfo) (types.SegmentReader, error) {
 	r, err := indexlessSealFiler{f.Filer}.Open(info)
 	if err == nil {
-		f.opened = append(f.opened, r)
+		f.track(r)
 	}
 	return r, err
 }
@@ -475,7 +486,7 @@ func (f *walFiler) Open(info types.SegmentInfo) (types.SegmentReader, error) {
 func (f *walFiler) Create(info types.SegmentInfo) (types.SegmentWriter, error) {
 	sw, err := f.Filer.Create(info)
 	if err == nil {
-		f.opened = append(f.opened, sw)
+		f.track(sw)
 	}
 	return sw, err
 }
@@ -504,7 +515,7 @@ func (f *walFiler) closeOpened() {
 func (f *walFiler) RecoverTail(info types.SegmentInfo) (types.SegmentWriter, error) {
 	sw, err := f.recoverTail(info)
 	if err == nil {
-		f.opened = append(f.opened, sw)
+		f.track(sw)
 	}
 	return sw, err
 }
