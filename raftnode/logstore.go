@@ -99,7 +99,9 @@ func (nopCloser) Close() error { return nil }
 func walExists(dir string) (bool, error) {
 	_, err := os.Stat(filepath.Join(dir, walDir, "wal-meta.db"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		// Segment files without their meta database are a lost wal-meta.db,
+		// not "no WAL": refused, whichever store the node is to use.
+		return false, refuseLostWALMeta(filepath.Join(dir, walDir))
 	}
 	return err == nil, err
 }
