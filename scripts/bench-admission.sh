@@ -80,6 +80,7 @@ shed_buckets() {
 
 # shed_p99 BEFORE AFTER: the smallest bucket bound (ms) holding 99% of the 429s between two reads.
 shed_p99() {
+	if [[ -z $2 ]]; then echo "-"; return; fi # no 429 answered yet: no histogram
 	awk 'NR == FNR { before[$1] = $2; next } { print $1, $2 - before[$1] }' <(echo "$1") <(echo "$2") |
 		sort -g | awk '{ le[NR] = $1; n[NR] = $2 } END {
 		total = n[NR]; if (NR == 0 || total == 0) { print "-"; exit }
