@@ -129,10 +129,13 @@ type integrity struct {
 	checked  atomic.Uint64 // last marked index whose hash matched the leader's
 	log      atomic.Pointer[hclog.Logger]
 
-	// unconfirmedRestore is the raft index of a backup restore this node
-	// installed as leader whose commit it has not seen (0: none); see
-	// Node.restoreUnconfirmed in backup.go.
+	// unconfirmedRestore and unconfirmedTerm are the raft index and term
+	// (R, T) of a backup restore this node's state may rest on whose commit
+	// it has not seen (R 0: none); see "unconfirmed" in backup.go. Written
+	// under unconfirmedMu, together with the data dir's record.
 	unconfirmedRestore atomic.Uint64
+	unconfirmedTerm    atomic.Uint64
+	unconfirmedMu      sync.Mutex
 	unconfirmedLoad    sync.Once // reads the data dir's record (backup.go)
 }
 
@@ -347,6 +350,11 @@ func (n *Node) watchIntegrity(interval time.Duration) {
 	defer n.wg.Done()
 	log := n.log.Named("integrity")
 	n.fsm.integrity.log.Store(&log)
+	// The transport holds every RPC back until this: the data dir's record
+	// of an unconfirmed restore must be read, and its checks in place,
+	// before raft gets a single entry or snapshot (backup.go).
+	n.unconfirmedPair()
+	n.transport.setGate(n.gateAppend, n.gateSnapshot)
 	poll := time.NewTicker(time.Second)
 	defer poll.Stop()
 	var next time.Time
@@ -361,7 +369,7 @@ func (n *Node) watchIntegrity(interval time.Duration) {
 		case <-n.transport.unreadableCh:
 		}
 		if !n.IsLeader() {
-			n.transport.unreadable.Store(0) // refusals an earlier leadership saw
+			n.transport.takeRefused() // drops refusals an earlier leadership saw
 			continue
 		}
 		if index, bad := n.Diverged(); bad {

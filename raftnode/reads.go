@@ -32,8 +32,9 @@ const DefaultReadyMaxLag = 4096
 // Neither compares applied with commit exactly: they differ for moments
 // after every commit, and a probe that flickered with every append would be
 // useless to a load balancer. A node whose state diverged from the leader's
-// is never ready, nor one holding a backup restore it installed as leader
-// whose commit it has not seen.
+// is never ready, nor one whose state may rest on a backup restore whose
+// commit it has not seen (the leader that made it, or a follower it reached
+// as a snapshot; backup.go).
 func (n *Node) Ready() bool {
 	if _, bad := n.Diverged(); bad {
 		return false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -107,19 +108,64 @@ type watchedTransport struct {
 	leaderCommit atomic.Uint64
 	onAppend     func(*raft.AppendEntriesRequest)
 
-	// unreadable is the last index of the latest batch a follower refused
-	// though its log reaches that far (0: none since last taken); see
+	// refused holds, per follower, the last index of the latest batch it
+	// refused though its log reaches that far (none since last taken); see
 	// AppendEntries. unreadableCh wakes the leader's watch (integrity.go).
-	unreadable   atomic.Uint64
+	refusedMu    sync.Mutex
+	refused      map[raft.ServerID]uint64
 	unreadableCh chan struct{}
-	compactedAt  time.Time // the last such compaction (watchIntegrity's goroutine only)
+	// The last compaction for any follower, and for each
+	// (compactPastRefused; watchIntegrity's goroutine only).
+	compactedAt  time.Time
+	compactedFor map[raft.ServerID]time.Time
+
+	// The node's checks of what reaches raft (backup.go gateAppend,
+	// gateSnapshot), set once by setGate, which forward waits for.
+	gateSet      chan struct{}
+	gateAppend   func(*raft.AppendEntriesRequest) *raft.AppendEntriesResponse
+	gateSnapshot func(*raft.InstallSnapshotRequest, bool) (func(bool), error)
+	gateOnce     sync.Once
+
+	// The highest commit index a leader told in an AppendEntries of
+	// commitTerm, the latest term seen (forward's goroutine only).
+	commitTerm, commitIndex uint64
 }
 
 func watchTransport(t *raft.NetworkTransport, onAppend func(*raft.AppendEntriesRequest)) *watchedTransport {
 	w := &watchedTransport{NetworkTransport: t, ch: make(chan raft.RPC), done: make(chan struct{}), onAppend: onAppend,
-		unreadableCh: make(chan struct{}, 1)}
+		unreadableCh: make(chan struct{}, 1), refused: map[raft.ServerID]uint64{}, compactedFor: map[raft.ServerID]time.Time{},
+		gateSet: make(chan struct{})}
 	go w.forward()
 	return w
+}
+
+// setGate installs the node's checks and lets RPCs through to raft.
+func (w *watchedTransport) setGate(appendEntries func(*raft.AppendEntriesRequest) *raft.AppendEntriesResponse,
+	snapshot func(*raft.InstallSnapshotRequest, bool) (func(bool), error)) {
+	w.gateOnce.Do(func() {
+		w.gateAppend, w.gateSnapshot = appendEntries, snapshot
+		close(w.gateSet)
+	})
+}
+
+// takeRefused returns the refusals noted since it was last called and
+// forgets them.
+func (w *watchedTransport) takeRefused() map[raft.ServerID]uint64 {
+	w.refusedMu.Lock()
+	defer w.refusedMu.Unlock()
+	out := w.refused
+	w.refused = map[raft.ServerID]uint64{}
+	return out
+}
+
+// keepRefused notes again refusals takeRefused returned that are not dealt
+// with yet.
+func (w *watchedTransport) keepRefused(m map[raft.ServerID]uint64) {
+	w.refusedMu.Lock()
+	defer w.refusedMu.Unlock()
+	for id, last := range m {
+		w.refused[id] = max(w.refused[id], last)
+	}
 }
 
 // AppendEntries is the network transport's, as raft's leader sends it. It
@@ -132,7 +178,10 @@ func watchTransport(t *raft.NetworkTransport, onAppend func(*raft.AppendEntriesR
 // then walks its nextIndex back one entry per refusal and resends from
 // there, forever: it sends a snapshot only once its own log no longer holds
 // the entries it would send (replication.go replicateTo, setupAppendEntries).
-// The leader's watch compacts its log past that batch (compactPastRefused),
+// A follower whose state rests on a backup restore its cluster may not have
+// committed answers the same way, from its own transport (forward, backup.go
+// gateAppend), to a batch that starts below the restore. The leader's watch
+// compacts its log past that batch (compactPastRefused, per follower),
 // so that the snapshot goes out and the follower's state is the cluster's
 // again. A refused consistency check (NoRetryBackoff), a stale term and a
 // refused append past the follower's last index (a failing disk) are not
@@ -143,9 +192,7 @@ func (w *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 		return err
 	}
 	if !resp.Success && !resp.NoRetryBackoff && resp.Term == args.Term && len(args.Entries) > 0 && args.Entries[0].Index <= resp.LastLog {
-		last := args.Entries[len(args.Entries)-1].Index
-		for cur := w.unreadable.Load(); last > cur && !w.unreadable.CompareAndSwap(cur, last); cur = w.unreadable.Load() {
-		}
+		w.keepRefused(map[raft.ServerID]uint64{id: args.Entries[len(args.Entries)-1].Index})
 		select {
 		case w.unreadableCh <- struct{}{}:
 		default:
@@ -161,7 +208,18 @@ func (w *watchedTransport) Close() error {
 	return w.NetworkTransport.Close()
 }
 
+// forward passes RPCs to raft, once the node's checks are in (setGate). It
+// notes the leader's commit index, and lets the node refuse what would put
+// the cluster's entries on top of a state resting on a backup restore the
+// cluster has not committed (backup.go): an AppendEntries the node answers
+// itself never reaches raft; a snapshot reaching past the commit the
+// leader told in its term is recorded before raft installs it.
 func (w *watchedTransport) forward() {
+	select {
+	case <-w.gateSet:
+	case <-w.done:
+		return
+	}
 	in := w.NetworkTransport.Consumer()
 	for {
 		var rpc raft.RPC
@@ -176,8 +234,37 @@ func (w *watchedTransport) forward() {
 				w.onAppend(req)
 			}
 			w.noteCommit(req.LeaderCommitIndex)
+			if req.Term > w.commitTerm {
+				w.commitTerm, w.commitIndex = req.Term, 0
+			}
+			if req.Term == w.commitTerm {
+				w.commitIndex = max(w.commitIndex, req.LeaderCommitIndex)
+			}
+			if resp := w.gateAppend(req); resp != nil {
+				rpc.Respond(resp, nil)
+				continue
+			}
 		case *raft.InstallSnapshotRequest:
-			w.noteCommit(req.LastLogIndex)
+			// A snapshot of committed state is at or below the commit its
+			// leader told; hashicorp/raft may send one before any
+			// AppendEntries of the term (replicateTo jumps to SEND_SNAP),
+			// and the node is then unconfirmed until the next one.
+			pastCommit := req.Term != w.commitTerm || req.LastLogIndex > w.commitIndex
+			after, err := w.gateSnapshot(req, pastCommit)
+			if err != nil {
+				_, _ = io.Copy(io.Discard, rpc.Reader) // the stream goes on after it
+				rpc.Respond(nil, err)
+				continue
+			}
+			if !pastCommit {
+				w.noteCommit(req.LastLogIndex)
+			}
+			if after != nil {
+				rpc = w.onAnswer(rpc, func(resp raft.RPCResponse) {
+					r, ok := resp.Response.(*raft.InstallSnapshotResponse)
+					after(resp.Error == nil && ok && r.Success)
+				})
+			}
 		}
 		select {
 		case w.ch <- rpc:
@@ -185,6 +272,24 @@ func (w *watchedTransport) forward() {
 			return // the sender's handler gives up on its own shutdown
 		}
 	}
+}
+
+// onAnswer returns rpc with its answer seen by f before it goes back to the
+// sender. The network transport's answer channel holds one, so the send does
+// not block.
+func (w *watchedTransport) onAnswer(rpc raft.RPC, f func(raft.RPCResponse)) raft.RPC {
+	orig := rpc.RespChan
+	ch := make(chan raft.RPCResponse, 1)
+	rpc.RespChan = ch
+	go func() {
+		select {
+		case resp := <-ch:
+			f(resp)
+			orig <- resp
+		case <-w.done:
+		}
+	}()
+	return rpc
 }
 
 func (w *watchedTransport) noteCommit(index uint64) {
