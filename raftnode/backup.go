@@ -178,6 +178,11 @@ func (n *Node) installBackup(ctx context.Context, info BackupInfo, snap []byte) 
 	if seededRestoreLowersIndex {
 		return n.seededInstallBackup(ctx, info, snap) // test builds only (seeded_on.go)
 	}
+	// Nothing may reach the log between reading its last index and the
+	// install, or raft installs past the index recorded below: commands wait
+	// on appendMu, membership changes (Join, Leave, promotions) on configMu.
+	n.configMu.Lock()
+	defer n.configMu.Unlock()
 	n.appendMu.Lock()
 	defer n.appendMu.Unlock()
 	if err := n.raft.Barrier(n.timeoutFrom(ctx)).Error(); err != nil {
@@ -196,7 +201,8 @@ func (n *Node) installBackup(ctx context.Context, info BackupInfo, snap []byte) 
 		return err
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(len(snap))}
-	if err := n.raft.Restore(meta, bytes.NewReader(snap), n.timeoutFrom(ctx)); err != nil {
+	err = n.raft.Restore(meta, bytes.NewReader(snap), n.timeoutFrom(ctx))
+	if err != nil {
 		return raftError("restore snapshot", err)
 	}
 	return nil
@@ -469,11 +475,35 @@ func (n *Node) restoreUnconfirmed() bool {
 	if r == 0 {
 		return false
 	}
-	if n.IsLeader() && n.raft.AppliedIndex() > r {
-		n.clearUnconfirmed(r, t, "applied past it as leader")
-		return n.fsm.integrity.unconfirmedRestore.Load() != 0
+	if n.IsLeader() {
+		// A leader's log is the cluster's once an entry of its own term
+		// commits. In the restore's own term that must be one past it (the
+		// restore's no-op); a leader of a later term whose Barrier is done
+		// (readyTerm) has committed everything it holds, the restore (or
+		// whatever an unreadable record stood for) included.
+		term := n.raft.CurrentTerm()
+		// Past raft's own snapshot too, should the restore have landed past
+		// the recorded index.
+		if (t == term && n.raft.AppliedIndex() > max(r, n.lastSnapshotIndex())) || (t < term && n.readyTerm.Load() == term) {
+			n.clearUnconfirmed(r, t, "committed in this leader's term")
+			return n.fsm.integrity.unconfirmedRestore.Load() != 0
+		}
 	}
 	return true
+}
+
+// lastSnapshot is the index and term of raft's latest snapshot on this node.
+func (n *Node) lastSnapshot() (index, term uint64) {
+	stats := n.raft.Stats()
+	index, _ = strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
+	term, _ = strconv.ParseUint(stats["last_snapshot_term"], 10, 64)
+	return index, term
+}
+
+// lastSnapshotIndex is the index of raft's latest snapshot on this node.
+func (n *Node) lastSnapshotIndex() uint64 {
+	index, _ := n.lastSnapshot()
+	return index
 }
 
 // termAt is the term of this node's own entry at index, or of its snapshot
@@ -509,9 +539,16 @@ func (n *Node) gateAppend(req *raft.AppendEntriesRequest) *raft.AppendEntriesRes
 	if r == 0 {
 		return nil
 	}
-	if req.PrevLogEntry >= r && req.LeaderCommitIndex >= r {
-		own, ok := t, t != 0
-		if req.PrevLogEntry > r {
+	// Should the restore have landed past the recorded index, raft's own
+	// snapshot is the state in question: evidence about an entry below it
+	// says nothing of it, and batches below it must not be applied on it.
+	at, term := r, t
+	if si, st := n.lastSnapshot(); si > at {
+		at, term = si, st
+	}
+	if req.PrevLogEntry >= at && req.LeaderCommitIndex >= at {
+		own, ok := term, term != 0
+		if req.PrevLogEntry > at {
 			own, ok = n.termAt(req.PrevLogEntry)
 		}
 		if ok && own == req.PrevLogTerm {
@@ -520,10 +557,10 @@ func (n *Node) gateAppend(req *raft.AppendEntriesRequest) *raft.AppendEntriesRes
 			return nil
 		}
 	}
-	if len(req.Entries) == 0 || req.PrevLogEntry >= r {
+	if len(req.Entries) == 0 || req.PrevLogEntry >= at {
 		return nil
 	}
-	return &raft.AppendEntriesResponse{Term: max(req.Term, n.raft.CurrentTerm()), LastLog: r}
+	return &raft.AppendEntriesResponse{Term: max(req.Term, n.raft.CurrentTerm()), LastLog: at}
 }
 
 // gateSnapshot sees every InstallSnapshot before raft does. pastCommit: the
