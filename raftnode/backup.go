@@ -201,7 +201,9 @@ func (n *Node) installBackup(ctx context.Context, info BackupInfo, snap []byte) 
 		return err
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(len(snap))}
+	seededArmRestoreCrash(true) // test builds only: crash point restore-installed (seeded_on.go)
 	err = n.raft.Restore(meta, bytes.NewReader(snap), n.timeoutFrom(ctx))
+	seededArmRestoreCrash(false)
 	if err != nil {
 		return raftError("restore snapshot", err)
 	}
@@ -368,6 +370,9 @@ func (n *Node) setUnconfirmedMem(r, t uint64) {
 // restores the state from its snapshot. It fails only if the record could
 // not be made durable; the caller must then not let the state in.
 func (n *Node) markUnconfirmed(r, t uint64, why string) error {
+	if seededRestoreUnrecorded {
+		return nil // test builds only: the bug before the record (seeded_on.go)
+	}
 	g := &n.fsm.integrity
 	g.unconfirmedLoad.Do(func() { n.loadUnconfirmed() })
 	g.unconfirmedMu.Lock()

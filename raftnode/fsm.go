@@ -85,6 +85,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	f.last.Store(f.m.Clock().Index)
+	seededRestoreInstalled() // test builds only: crash point restore-installed (seeded_on.go)
 	if f.restored != nil {
 		f.restored()
 	}

@@ -4,12 +4,18 @@ package raftnode
 
 import "context"
 
-// seededWaiterTimeoutRelease and seededRestoreLowersIndex are false in every
-// ordinary build: the seeded bugs' code is compiled out (see seeded_on.go).
+// seededWaiterTimeoutRelease, seededRestoreLowersIndex and
+// seededRestoreUnrecorded are false in every ordinary build: the seeded
+// bugs' code is compiled out (see seeded_on.go).
 const (
 	seededWaiterTimeoutRelease = false
 	seededRestoreLowersIndex   = false
+	seededRestoreUnrecorded    = false
 )
+
+// The crash points (seeded_on.go) do nothing in an ordinary build.
+func seededArmRestoreCrash(bool) {}
+func seededRestoreInstalled()    {}
 
 // seededInstallBackup is never called in an ordinary build.
 func (n *Node) seededInstallBackup(context.Context, BackupInfo, []byte) error {

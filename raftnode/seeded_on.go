@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -50,8 +52,52 @@ func (n *Node) seededInstallBackup(ctx context.Context, info BackupInfo, snap []
 	return nil
 }
 
+// seededRestoreUnrecorded reintroduces the bug fixed in bf12c68: no
+// unconfirmed-restore record is made (markUnconfirmed does nothing), so a
+// node holding a backup restore the cluster never committed serves it, says
+// ready, and takes the cluster's batches below the restore's index,
+// applying them on top of it.
+var seededRestoreUnrecorded = os.Getenv(SeededBugEnv) == "restore-unrecorded"
+
+// CrashPointEnv names the environment variable that makes a test build
+// kill itself at a named point, as kill -9 would there:
+//
+//   - "restore-installed": the leader, right after raft's user restore has
+//     written the backup to the snapshot store and the FSM has taken it
+//     (raftFSM.Restore), before raft sets its last log, returns to the
+//     leader loop or appends the no-op that would replicate it. Followers
+//     hear only heartbeats by then: the restore is on the leader alone.
+const CrashPointEnv = "RAFTLOCK_CRASH_POINT"
+
+var seededCrashRestoreInstalled = os.Getenv(CrashPointEnv) == "restore-installed"
+
+// seededRestoreCrashArmed is set by installBackup around raft.Restore, so
+// that only the leader's own user restore reaches the crash point (not a
+// snapshot from the leader, nor the restore of a start).
+var seededRestoreCrashArmed atomic.Bool
+
+func seededArmRestoreCrash(on bool) {
+	if seededCrashRestoreInstalled {
+		seededRestoreCrashArmed.Store(on)
+	}
+}
+
+// seededRestoreInstalled is the crash point "restore-installed": SIGKILL to
+// itself, no cleanup, nothing flushed that raft has not written already.
+func seededRestoreInstalled() {
+	if !seededRestoreCrashArmed.Load() {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "raftnode: CRASH POINT %q reached: the backup is in raft's snapshot store and the FSM, not yet replicated; SIGKILL\n", "restore-installed")
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal ends the process; nothing after it runs
+}
+
 func init() {
-	if seededWaiterTimeoutRelease || seededRestoreLowersIndex {
+	if seededWaiterTimeoutRelease || seededRestoreLowersIndex || seededRestoreUnrecorded {
 		fmt.Fprintf(os.Stderr, "raftnode: SEEDED BUG %q enabled (test build)\n", os.Getenv(SeededBugEnv))
+	}
+	if seededCrashRestoreInstalled {
+		fmt.Fprintf(os.Stderr, "raftnode: CRASH POINT %q armed (test build)\n", os.Getenv(CrashPointEnv))
 	}
 }
