@@ -104,9 +104,12 @@ func (ep epochs) holdProps(drift float64, extra []model.Violation, note string) 
 // the run made no restore that answered.
 func restoreVerdict(ops []history.Op, restores []model.Restore, ep epochs) property {
 	p := property{id: "k", name: "a restore lowers no index and no new token"}
-	answered := 0
+	answered, maybe := 0, 0
 	for _, r := range restores {
-		if r.Answered != model.MaxTime {
+		switch {
+		case r.Maybe:
+			maybe++
+		case r.Answered != model.MaxTime:
 			answered++
 		}
 	}
@@ -114,6 +117,9 @@ func restoreVerdict(ops []history.Op, restores []model.Restore, ep epochs) prope
 		p.notChecked, p.note = true, "no restore was made"
 		if len(restores) > 0 {
 			p.note = fmt.Sprintf("%d restores sent, none answered", len(restores))
+		}
+		if maybe > 0 {
+			p.note += fmt.Sprintf(" (%d whose leader crashed before replicating it: may or may not have taken effect; every name left out after it until a new lease takes it)", maybe)
 		}
 		return p
 	}
@@ -124,6 +130,9 @@ func restoreVerdict(ops []history.Op, restores []model.Restore, ep epochs) prope
 	}
 	p.note = fmt.Sprintf("%d restores (%d answered); (a) (b) (e) (h) (i) (j) judged per epoch, leaving out names the backup held until a new lease takes them: %s",
 		len(restores), answered, strings.Join(left, "; "))
+	if maybe > 0 {
+		p.note += fmt.Sprintf("; %d of them crashed before replicating (may or may not have taken effect: (k) not judged for them, every name left out after them until a new lease takes it)", maybe)
+	}
 	return p
 }
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,7 @@ type config struct {
 	faults     []string
 	seededBug  string
 	snapWait   time.Duration
+	logStore   string // raftlock serve --log-store ("": its default)
 	// clockFaults adds the clock faults (faults.ClockKinds) and skews client
 	// clocks; it needs a raftlock_faults build of raftlock.
 	clockFaults bool
@@ -86,6 +88,7 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.calmMin, "calm-min", 2*time.Second, "shortest calm period between faults")
 	fs.DurationVar(&c.calmMax, "calm-max", 5*time.Second, "longest calm period between faults")
 	fs.DurationVar(&c.snapWait, "snapshot-wait", 70*time.Second, "keep a killed follower down until the leader snapshots, at most this long (0: 2-5 s)")
+	fs.StringVar(&c.logStore, "log-store", "", "the nodes' --log-store (empty: raftlock's default)")
 	fs.StringVar(&faultList, "faults", strings.Join(faults.All, ","), "faults to cycle through")
 	fs.StringVar(&c.seededBug, "seeded-bug", os.Getenv("RAFTLOCK_SEEDED_BUG"), "seeded bug (test builds only; env RAFTLOCK_SEEDED_BUG)")
 	fs.BoolVar(&c.clockFaults, "clock-faults", false, "add clock faults: wall jumps, leader rate skew, monotonic leaps (raftlock built with -tags raftlock_faults)")
@@ -109,6 +112,10 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.clockFaults {
 		c.faults = faults.WithClock(c.faults)
+	}
+	if slices.Contains(c.faults, faults.RestoreCrash) && slices.Contains(c.faults, faults.Restore) {
+		// The nodes run with the crash point: every restore would crash.
+		return c, fmt.Errorf("--faults: %s and %s cannot run together", faults.Restore, faults.RestoreCrash)
 	}
 	if c.clients < 1 || c.locks < 1 || c.calmMax < c.calmMin {
 		return c, fmt.Errorf("bad --clients, --locks or calm periods")
@@ -234,6 +241,9 @@ func (r *runner) setup() error {
 	}
 	extra := []string{"--election-timeout", "500ms", "--heartbeat-timeout", "500ms",
 		"--snapshot-threshold", "16", "--trailing-logs", "4"}
+	if r.cfg.logStore != "" {
+		extra = append(extra, "--log-store", r.cfg.logStore)
+	}
 	help, _ := exec.Command(bin, "serve", "--help").CombinedOutput()
 	r.snapWait = r.cfg.snapWait
 	if strings.Contains(string(help), "snapshot-interval") {
@@ -246,6 +256,11 @@ func (r *runner) setup() error {
 	serverBug := r.cfg.seededBug != "" && proxy.ServerSide(r.cfg.seededBug)
 	if serverBug {
 		env = append(env, "RAFTLOCK_SEEDED_BUG="+r.cfg.seededBug)
+	}
+	if slices.Contains(r.cfg.faults, faults.RestoreCrash) {
+		// The leader that takes a restore kills itself before replicating
+		// it (faults.RestoreCrash; a raftlock_seeded_bugs build of raftlock).
+		env = append(env, faults.CrashPointEnv+"="+faults.CrashPoint)
 	}
 	var err error
 	r.c, err = cluster.Start(cluster.Options{Bin: bin, Dir: filepath.Join(r.dir, "logs"), Extra: extra, Env: env, Debug: r.cfg.clockFaults})

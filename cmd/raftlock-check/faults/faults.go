@@ -29,6 +29,12 @@ const (
 	// later (POST /v1/snapshot) while the workload keeps writing
 	// (restore.go).
 	Restore = "restore"
+	// RestoreCrash is a restore whose leader kills itself right after raft
+	// installed it, before replicating it, and is restarted once the others
+	// have a leader (restore.go). It needs raftlock built with
+	// -tags raftlock_seeded_bugs, started with RAFTLOCK_CRASH_POINT (the
+	// checker does that when it is listed), and is not in All.
+	RestoreCrash = "restore-crash"
 )
 
 // All lists every kind, in the order a run cycles through them.
@@ -104,6 +110,8 @@ func (in *Injector) Inject(ctx context.Context, kind string) Fault {
 			return in.pauseHolder(ctx, readyCtx, leader, &f)
 		case Restore:
 			return in.restoreBackup(ctx, readyCtx, leader, &f)
+		case RestoreCrash:
+			return in.restoreCrash(ctx, readyCtx, leader, &f)
 		}
 		return fmt.Errorf("unknown fault %q", kind)
 	}()

@@ -23,17 +23,10 @@ import (
 func (in *Injector) restoreBackup(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
 	f.Target = leader.ID
 	hc := &http.Client{Timeout: 20 * time.Second}
-	req, _ := http.NewRequestWithContext(readyCtx, http.MethodGet, leader.URL()+"/v1/snapshot", nil)
-	resp, err := hc.Do(req)
+	backup, saved, err := saveBackup(readyCtx, hc, leader)
 	if err != nil {
-		return fmt.Errorf("save: %w", err)
+		return err
 	}
-	backup, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("save: status %d: %v %.200s", resp.StatusCode, err, backup)
-	}
-	saved := history.Now()
 	wait := in.between(500*time.Millisecond, 3*time.Second)
 	in.sleep(ctx, wait)
 	r := &model.Restore{Saved: saved, Answered: math.MaxInt64, Backup: backup}
@@ -73,4 +66,113 @@ func (in *Injector) restoreBackup(ctx, readyCtx context.Context, leader *cluster
 		in.sleep(ctx, 200*time.Millisecond)
 	}
 	return fmt.Errorf("restore: no definite answer in %d sends", tries)
+}
+
+// saveBackup saves a backup from n (GET /v1/snapshot) and returns it with
+// the time of the answer.
+func saveBackup(ctx context.Context, hc *http.Client, n *cluster.Node) ([]byte, int64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/v1/snapshot", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("save: %w", err)
+	}
+	backup, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, 0, fmt.Errorf("save: status %d: %v %.200s", resp.StatusCode, err, backup)
+	}
+	return backup, history.Now(), nil
+}
+
+// CrashPointEnv and CrashPoint are what a raftlock test build
+// (-tags raftlock_seeded_bugs, raftnode/seeded_on.go) takes to kill itself
+// right after raft installed a backup restore on the leader, before any
+// follower has it. CrashArmedLine and CrashLine are what it logs.
+const (
+	CrashPointEnv  = "RAFTLOCK_CRASH_POINT"
+	CrashPoint     = "restore-installed"
+	CrashArmedLine = `CRASH POINT "restore-installed" armed`
+	CrashLine      = `CRASH POINT "restore-installed" reached`
+)
+
+// restoreCrash is a backup restore whose leader dies at the worst moment:
+// the nodes run with the crash point restore-installed, so the leader that
+// takes the POST kills itself (SIGKILL, no cleanup) once raft has written
+// the backup to its snapshot store and the FSM has it, before the no-op
+// that would replicate it. Nobody else has the restore: the others elect a
+// leader without it and go on. As soon as that leader is ready the dead
+// node is started again (at once, so that it comes back while the new
+// leader's log still reaches below the restore: later, raft would catch it
+// up by snapshot whatever it held, and a node that takes the cluster's
+// entries on top of its own restore, the bug the unconfirmed-restore
+// record fixed, would go unseen), and the workload goes on.
+//
+// The restore's outcome is unknown to the client (its connection broke),
+// but bounded: it took effect, if at all, between the send and the moment
+// a leader of a later term was ready without it (that leader's committed
+// no-op sits at the restore's index, so no later leader can hold the
+// restore). f.Restore records that window with Maybe set (model.Restore).
+func (in *Injector) restoreCrash(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+	f.Target = leader.ID
+	if countInLog(leader.LogPath, CrashArmedLine) == 0 {
+		return fmt.Errorf("%s was not started with %s=%s in a raftlock_seeded_bugs build", leader.ID, CrashPointEnv, CrashPoint)
+	}
+	hc := &http.Client{Timeout: 20 * time.Second}
+	backup, saved, err := saveBackup(readyCtx, hc, leader)
+	if err != nil {
+		return err
+	}
+	in.sleep(ctx, in.between(500*time.Millisecond, 3*time.Second))
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	l, err := in.C.WaitReady(tctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	f.Target = l.ID
+	crashes := countInLog(l.LogPath, CrashLine)
+	r := &model.Restore{Saved: saved, Answered: math.MaxInt64, Backup: backup, Maybe: true}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.URL()+"/v1/snapshot", bytes.NewReader(backup))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	r.Sent = history.Now()
+	f.Restore = r
+	resp, err := hc.Do(req)
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			// No crash: an ordinary restore that answered.
+			r.Answered, r.Maybe = history.Now(), false
+			return fmt.Errorf("%s answered the restore (status 200) instead of crashing", l.ID)
+		}
+		err = fmt.Errorf("status %d %.200s", resp.StatusCode, body)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s did not crash after the restore (%v); its outcome is left unknown", l.ID, err)
+	}
+	died := history.Now()
+	if countInLog(l.LogPath, CrashLine) == crashes {
+		return fmt.Errorf("%s exited without reaching the crash point (%v)", l.ID, err)
+	}
+	l.Kill() // reap it: the cluster counts a process that exited by itself as running
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	nl, werr := in.C.WaitReady(wctx)
+	cancel()
+	if werr != nil {
+		l.Start()
+		return fmt.Errorf("no leader after the crash: %w", werr)
+	}
+	r.Answered = history.Now()
+	if err := l.Start(); err != nil {
+		return err
+	}
+	f.Detail = fmt.Sprintf("backup of %d bytes saved, restore sent %v later to %s, which crashed at %s after %v (%v); %s led %v later; %s restarted at once",
+		len(backup), time.Duration(r.Sent-saved).Round(time.Millisecond), l.ID, CrashPoint, time.Duration(died-r.Sent).Round(time.Millisecond), err,
+		nl.ID, time.Duration(r.Answered-died).Round(time.Millisecond), l.ID)
+	if err := in.caughtUp(ctx, l, 20*time.Second); err != nil {
+		return err
+	}
+	return nil
 }

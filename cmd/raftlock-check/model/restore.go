@@ -20,6 +20,13 @@ type Restore struct {
 	// any time after Sent).
 	Sent, Answered int64
 	Backup         []byte // the file, as GET /v1/snapshot answered it
+	// Maybe: the restore may or may not have taken effect (its leader
+	// crashed before replicating it, faults.RestoreCrash); if it did, it
+	// did inside [Sent, Answered]. The epoch after it cannot know whether
+	// it starts from the backup's state or from the one before, so every
+	// name is left out of it until a new lease's grant proves the lock
+	// free (Held), and (k) judges nothing of it (RestoreFencing).
+	Maybe bool
 }
 
 // backupHeader is the backup file's header (raftnode/backup.go, docs/API.md
@@ -32,6 +39,19 @@ const backupHeader = 16 + 4 + 8 + 8 + 8
 // some of their time: the epoch after it starts with state the checker's
 // models cannot see, so those names are left out of it.
 func (r Restore) Held(ops []history.Op) (map[string]bool, error) {
+	if r.Maybe {
+		held := map[string]bool{}
+		for _, o := range ops {
+			switch {
+			case o.Name == "":
+			case isSem(o.Kind):
+				held["sem:"+o.Name] = true
+			default:
+				held["lock:"+o.Name] = true
+			}
+		}
+		return held, nil
+	}
 	b := r.Backup
 	if len(b) < backupHeader+32 {
 		return nil, fmt.Errorf("backup of %d bytes is too short", len(b))
@@ -236,7 +256,8 @@ func unknown(o history.Op) history.Op {
 //     answers that lease's old token, so leases first sent before are not
 //     new grants.)
 //
-// A restore with no definite answer promises nothing checkable here.
+// A restore with no definite answer, or one that may not have taken effect
+// (Maybe), promises nothing checkable here.
 //
 // The index promise is global (docs/API.md: "every lock's index (held,
 // free or never seen) is above every index any read or grant answered
@@ -259,7 +280,7 @@ func RestoreFencing(ops []history.Op, restores []Restore) []Violation {
 		}
 	}
 	for ri, r := range restores {
-		if r.Answered == MaxTime {
+		if r.Answered == MaxTime || r.Maybe {
 			continue
 		}
 		type mark struct {

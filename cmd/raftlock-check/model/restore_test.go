@@ -235,3 +235,66 @@ func TestRestoreFencingIndexesAcrossLocks(t *testing.T) {
 		t.Fatalf("want one violation naming read 4 and lock L: %v", vs)
 	}
 }
+
+// A restore whose leader crashed before replicating it (Maybe) may not have
+// taken effect: A, granted before it, still holds after it settled, so B is
+// refused and a read shows A at its old index. Judged as a restore that
+// took effect (the backup, saved before A's grant, holds nothing) that is
+// not linearizable (e) and a read not above an index answered before (k);
+// as one that may not have, the epoch after it leaves the lock out until a
+// new lease takes it, and (k) judges nothing.
+func TestEpochsMaybeRestoreNotTaken(t *testing.T) {
+	ops := []history.Op{
+		op("1", 1, history.Acquire, "A", 10_000, 100, 110, history.OK, 50),
+		readOp("2", 3, 150, 160, history.OK, 50),
+		op("3", 2, history.Acquire, "B", 10_000, 300, 310, history.Held, 50),
+		readOp("4", 3, 320, 330, history.OK, 50),
+	}
+	taken := []Restore{{Saved: 20 * ms, Sent: 200 * ms, Answered: 250 * ms, Backup: backupOf(t)}}
+	eps, err := Epochs(ops, taken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := lin(t, eps[1].Ops); r != porcupine.Illegal {
+		t.Fatalf("as a restore that took effect: %v, want Illegal: the test proves nothing", r)
+	}
+	if vs := RestoreFencing(ops, taken); len(vs) == 0 {
+		t.Fatal("as a restore that took effect (k) should fail: the test proves nothing")
+	}
+	maybe := []Restore{{Saved: 20 * ms, Sent: 200 * ms, Answered: 250 * ms, Backup: backupOf(t), Maybe: true}}
+	eps, err = Epochs(ops, maybe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eps) != 2 || strings.Join(eps[1].Left, ",") != "lock:L" {
+		t.Fatalf("epochs %+v, want L left out after the restore", eps)
+	}
+	for i, e := range eps {
+		if len(e.Ops) > 0 {
+			if r := lin(t, e.Ops); r != porcupine.Ok {
+				t.Errorf("epoch %d: %v, want Ok", i, r)
+			}
+		}
+	}
+	if vs := RestoreFencing(ops, maybe); len(vs) > 0 {
+		t.Errorf("(k) judged a restore that may not have taken effect: %v", vs)
+	}
+}
+
+// After a Maybe restore a lock is judged again from the first grant of a
+// new lease: a second grant over it while it must hold is still caught.
+func TestEpochsMaybeRestoreJudgedAfterNewGrant(t *testing.T) {
+	ops := []history.Op{
+		op("1", 1, history.Acquire, "A", 10_000, 100, 110, history.OK, 50),
+		op("2", 2, history.Acquire, "B", 10_000, 300, 310, history.OK, 70),
+		op("3", 3, history.Acquire, "C", 10_000, 400, 410, history.OK, 80),
+	}
+	maybe := []Restore{{Saved: 20 * ms, Sent: 200 * ms, Answered: 250 * ms, Backup: backupOf(t), Maybe: true}}
+	eps, err := Epochs(ops, maybe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs := MutualExclusion(eps[1].Ops, 0.02); len(vs) == 0 {
+		t.Errorf("C granted over B after the restore settled: no (a) violation in %+v", eps[1])
+	}
+}
