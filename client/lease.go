@@ -261,8 +261,9 @@ func (g *grant) lose(cause error) {
 	}
 	g.err = cause
 	g.mu.Unlock()
-	g.lostOnce.Do(func() { close(g.lost) })
+	// Context first: whoever wakes on Lost must find its cause set.
 	g.cancel(cause)
+	g.lostOnce.Do(func() { close(g.lost) })
 	g.c.log.Warn("lease lost", g.kind, g.name, "token", g.token, "error", cause)
 }
 

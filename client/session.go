@@ -273,8 +273,9 @@ func (s *Session) lose(cause error) {
 	s.err = cause
 	gs := s.takeGrantsLocked()
 	s.mu.Unlock()
-	close(s.lost)
+	// Context first: whoever wakes on Lost must find its cause set.
 	s.cancel(cause)
+	close(s.lost)
 	s.c.log.Warn("session lost", "session", shortID(s.id), "leases", len(gs), "error", cause)
 	for _, g := range gs {
 		g.lose(fmt.Errorf("%w: %w", ErrLeaseLost, cause))
