@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/raftlock/raftlock/fsm"
 )
 
@@ -73,33 +72,9 @@ func (l *links) heal(id string) {
 func startLinkedTrio(t *testing.T, base Config) (*trio, *links) {
 	t.Helper()
 	l := &links{ids: map[string]string{}, cut: map[string]bool{}, conns: map[string][]net.Conn{}}
-	tr := &trio{t: t, cfgs: map[string]Config{}, nodes: map[string]*Node{}}
-	peers := map[string]string{}
-	lns := map[string]net.Listener{}
-	for i := 1; i <= 3; i++ {
-		id := fmt.Sprintf("n%d", i)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[id], peers[id] = ln, ln.Addr().String()
-		l.ids[ln.Addr().String()] = id
-	}
-	for id, ln := range lns {
-		cfg := base
-		cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers = id, t.TempDir(), ln.Addr().String(), peers
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
-		cfg.Logger = hclog.NewNullLogger()
-		cfg.RaftDial = l.dialer(id)
-		tr.cfgs[id] = cfg
-		cfg.RaftListener = ln
-		tr.start(id, cfg)
-	}
-	t.Cleanup(func() {
-		for _, n := range tr.nodes {
-			n.Close()
-		}
-	})
+	tr := startTrioWith(t, base,
+		func(id, addr string) { l.ids[addr] = id },
+		func(id string, cfg *Config) { cfg.RaftDial = l.dialer(id) })
 	return tr, l
 }
 

@@ -98,6 +98,13 @@ type trio struct {
 }
 
 func startTrio(t *testing.T, base Config) *trio {
+	return startTrioWith(t, base, nil, nil)
+}
+
+// startTrioWith is startTrio with two hooks: listened sees each node's Raft
+// address once every listener is up (before any node starts), configure
+// adjusts each node's config before it starts. Either may be nil.
+func startTrioWith(t *testing.T, base Config, listened func(id, addr string), configure func(id string, cfg *Config)) *trio {
 	t.Helper()
 	tr := &trio{t: t, cfgs: map[string]Config{}, nodes: map[string]*Node{}}
 	peers := map[string]string{}
@@ -109,12 +116,18 @@ func startTrio(t *testing.T, base Config) *trio {
 			t.Fatal(err)
 		}
 		lns[id], peers[id] = ln, ln.Addr().String()
+		if listened != nil {
+			listened(id, ln.Addr().String())
+		}
 	}
 	for id, ln := range lns {
 		cfg := base
 		cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers = id, t.TempDir(), ln.Addr().String(), peers
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
 		cfg.Logger = hclog.NewNullLogger()
+		if configure != nil {
+			configure(id, &cfg)
+		}
 		tr.cfgs[id] = cfg
 		cfg.RaftListener = ln
 		tr.start(id, cfg)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,39 +16,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
 )
-
-// copyDataDirAsKilled copies a data dir file by file: what a kill -9 at this instant
-// leaves on disk (every fsynced byte is in the page cache the copy reads).
-func copyDataDirAsKilled(t *testing.T, from, to string) {
-	t.Helper()
-	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, path)
-		dst := filepath.Join(to, rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o700)
-		}
-		in, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
-	if err != nil {
-		t.Fatalf("copy %s: %v", from, err)
-	}
-}
 
 // killAtLogClear is a log store that, at its first DeleteRange, records the
 // data dir as a kill -9 at that instant would leave it, then goes on.
@@ -152,7 +117,7 @@ func TestWALFollowerKilledBetweenSnapshotInstallAndLogClearRecovers(t *testing.T
 	crashed := make(chan struct{})
 	cfg.wrapLogs = func(s raft.LogStore) raft.LogStore {
 		return killAtLogClear{LogStore: s, once: &sync.Once{}, crashed: crashed,
-			snap: func() { copyDataDirAsKilled(t, cfg.DataDir, crashDir) }}
+			snap: func() { copyCrashImage(t, cfg.DataDir, crashDir) }}
 	}
 	tr.restartAt(fid, cfg)
 	select {
@@ -256,7 +221,7 @@ func restoreKilledBeforeLogReset(t *testing.T, kind string) {
 	crashed := make(chan struct{})
 	var dataDir string
 	n := startSingle(t, Config{LogStore: kind, StateCheckInterval: -1, wrapLogs: func(s raft.LogStore) raft.LogStore {
-		return killAtLogClear{LogStore: s, once: &sync.Once{}, crashed: crashed, snap: func() { copyDataDirAsKilled(t, dataDir, crashDir) }}
+		return killAtLogClear{LogStore: s, once: &sync.Once{}, crashed: crashed, snap: func() { copyCrashImage(t, dataDir, crashDir) }}
 	}})
 	dataDir = n.cfg.DataDir
 	for i := range 5 {
@@ -277,7 +242,7 @@ func restoreKilledBeforeLogReset(t *testing.T, kind string) {
 			t.Fatal("the restore cleared no log")
 		}
 		// boltdb: raft clears nothing after a restore; the kill is "now".
-		copyDataDirAsKilled(t, dataDir, crashDir)
+		copyCrashImage(t, dataDir, crashDir)
 	}
 	cfg := n.cfg
 	n.Close()

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,4 +282,26 @@ func TestServeUpgradeFromBoltDBDefaultMovesLogToWAL(t *testing.T) {
 	if b, _ := os.ReadFile(p.LogPath); !strings.Contains(string(b), "moved raft log from the wal to raft.db") {
 		t.Fatalf("no move back logged:\n%s", b)
 	}
+}
+
+// post sends body as JSON to the node and decodes the answer's object.
+func (s *singleNode) post(client *http.Client, path string, body any) (int, map[string]any, error) {
+	b, _ := json.Marshal(body)
+	resp, err := client.Post(s.endpoint+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]any{}
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out, nil
+}
+
+// waitWritable waits until the node answers an acquire (granted or held).
+func (s *singleNode) waitWritable(t *testing.T, client *http.Client) {
+	t.Helper()
+	clustertest.WaitFor(t, 20*time.Second, "the node to take writes", func() bool {
+		code, _, err := s.post(client, "/v1/locks/acquire", map[string]any{"name": "probe", "owner": "p", "ttl_ms": 500, "lease_id": fmt.Sprintf("probe-%d", time.Now().UnixNano())})
+		return err == nil && (code == 200 || code == 409)
+	})
 }

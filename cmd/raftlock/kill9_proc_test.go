@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -28,23 +27,8 @@ func TestServeKill9OnWALKeepsAcknowledgedWrites(t *testing.T) {
 	var mu sync.Mutex
 	acked := map[string]ack{}
 	var maxTok uint64
-	post := func(path string, body any) (int, map[string]any, error) {
-		b, _ := json.Marshal(body)
-		resp, err := client.Post(s.endpoint+path, "application/json", bytes.NewReader(b))
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		out := map[string]any{}
-		json.NewDecoder(resp.Body).Decode(&out)
-		return resp.StatusCode, out, nil
-	}
-	ready := func() {
-		clustertest.WaitFor(t, 20*time.Second, "the node to take writes", func() bool {
-			code, _, err := post("/v1/locks/acquire", map[string]any{"name": "probe", "owner": "p", "ttl_ms": 500, "lease_id": fmt.Sprintf("probe-%d", time.Now().UnixNano())})
-			return err == nil && (code == 200 || code == 409)
-		})
-	}
+	post := func(path string, body any) (int, map[string]any, error) { return s.post(client, path, body) }
+	ready := func() { s.waitWritable(t, client) }
 	check := func(round int) {
 		t.Helper()
 		mu.Lock()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
 // SIGKILL of `raftlock serve` at many points of its start while it moves
@@ -26,24 +23,8 @@ func TestServeKilledDuringLogStoreMigrationKeepsLog(t *testing.T) {
 	s := newSingleNode(t)
 	noSnap := []string{"--snapshot-threshold", "1000000", "--snapshot-interval", "1h"}
 	client := &http.Client{Timeout: 5 * time.Second}
-	post := func(path string, body any) (int, map[string]any, error) {
-		b, _ := json.Marshal(body)
-		resp, err := client.Post(s.endpoint+path, "application/json", bytes.NewReader(b))
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		out := map[string]any{}
-		json.NewDecoder(resp.Body).Decode(&out)
-		return resp.StatusCode, out, nil
-	}
-	ready := func() {
-		t.Helper()
-		clustertest.WaitFor(t, 20*time.Second, "the node to take writes", func() bool {
-			code, _, err := post("/v1/locks/acquire", map[string]any{"name": "probe", "owner": "p", "ttl_ms": 500, "lease_id": fmt.Sprintf("probe-%d", time.Now().UnixNano())})
-			return err == nil && (code == 200 || code == 409)
-		})
-	}
+	post := func(path string, body any) (int, map[string]any, error) { return s.post(client, path, body) }
+	ready := func() { s.waitWritable(t, client) }
 	tokens := map[string]uint64{}
 	var mu sync.Mutex
 
