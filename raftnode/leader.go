@@ -146,9 +146,13 @@ func awaitFuture(ctx context.Context, f raft.Future) error {
 }
 
 // untilNextTick says how long the leader may wait before the FSM clock must
-// move: until the next deadline falls due on this leader's clock, and at most
-// TickInterval while leases exist so a failover adds little beyond the
-// leaderless gap. No timers: no ticks at all.
+// move: until the next deadline falls due on this leader's clock, and while
+// deadlines exist no longer than TickInterval after the last stamped entry.
+// The second bound is what keeps a failover from restarting leases: a new
+// leader counts from the last committed stamp, so the FSM clock may lag the
+// real one by at most TickInterval plus the leaderless gap. Client writes
+// stamp the clock too, so a busy leader writes no extra ticks. No deadlines:
+// no ticks at all.
 func (n *Node) untilNextTick(term uint64) time.Duration {
 	c := n.machine.Clock()
 	if c.Term != term {
@@ -158,11 +162,12 @@ func (n *Node) untilNextTick(term uint64) time.Duration {
 	if !ok {
 		return time.Hour // woken by n.changed when a lease appears
 	}
+	now := n.clock.Now()
 	// The FSM clock now, had an entry been stamped at this instant.
-	projected := c.Now + (n.clock.Now() - c.Stamp)
+	projected := c.Now + (now - c.Stamp)
 	wait := time.Duration(next - projected)
-	if wait > n.cfg.TickInterval {
-		wait = n.cfg.TickInterval
+	if seededTickOnlyWhenDue {
+		return min(wait, n.cfg.TickInterval)
 	}
-	return wait
+	return min(wait, n.cfg.TickInterval-time.Duration(now-c.Stamp))
 }

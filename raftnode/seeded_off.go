@@ -4,13 +4,14 @@ package raftnode
 
 import "context"
 
-// seededWaiterTimeoutRelease, seededRestoreLowersIndex and
-// seededRestoreUnrecorded are false in every ordinary build: the seeded
+// seededWaiterTimeoutRelease, seededRestoreLowersIndex,
+// seededRestoreUnrecorded and seededTickOnlyWhenDue are false in every ordinary build: the seeded
 // bugs' code is compiled out (see seeded_on.go).
 const (
 	seededWaiterTimeoutRelease = false
 	seededRestoreLowersIndex   = false
 	seededRestoreUnrecorded    = false
+	seededTickOnlyWhenDue      = false
 )
 
 // The crash points (seeded_on.go) do nothing in an ordinary build.

@@ -59,6 +59,12 @@ func (n *Node) seededInstallBackup(ctx context.Context, info BackupInfo, snap []
 // applying them on top of it.
 var seededRestoreUnrecorded = os.Getenv(SeededBugEnv) == "restore-unrecorded"
 
+// seededTickOnlyWhenDue brings back the leader loop that wrote a tick only
+// once a deadline fell due: while leases run far from their deadlines no
+// entry moves the FSM clock, so a new leader counts from the last entry
+// and a failover restarts every lease (up to a whole TTL late).
+var seededTickOnlyWhenDue = os.Getenv(SeededBugEnv) == "tick-only-when-due"
+
 // CrashPointEnv names the environment variable that makes a test build
 // kill itself at a named point, as kill -9 would there:
 //
@@ -94,7 +100,7 @@ func seededRestoreInstalled() {
 }
 
 func init() {
-	if seededWaiterTimeoutRelease || seededRestoreLowersIndex || seededRestoreUnrecorded {
+	if seededWaiterTimeoutRelease || seededRestoreLowersIndex || seededRestoreUnrecorded || seededTickOnlyWhenDue {
 		fmt.Fprintf(os.Stderr, "raftnode: SEEDED BUG %q enabled (test build)\n", os.Getenv(SeededBugEnv))
 	}
 	if seededCrashRestoreInstalled {
