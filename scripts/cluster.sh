@@ -24,7 +24,7 @@
 #   RAFTLOCK_CLUSTER_BIN        use this binary instead of building bin/raftlock
 # Other RAFTLOCK_* variables reach the nodes as flag defaults (RAFTLOCK_LOG_LEVEL=debug,
 # RAFTLOCK_ELECTION_TIMEOUT=500ms, ...), except those that must differ per node.
-# TLS and tokens (README "Security"): RAFTLOCK_TLS_CERT, _KEY and _CA reach every node (on
+# TLS and tokens (docs/OPERATIONS.md, "TLS and tokens"): RAFTLOCK_TLS_CERT, _KEY and _CA reach every node (on
 # 127.0.0.1 one certificate from scripts/certs.sh serves them all) and make this script use
 # https; with RAFTLOCK_AUTH_TOKENS, set RAFTLOCK_TOKEN to a token of the file for its checks.
 set -euo pipefail

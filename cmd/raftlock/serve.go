@@ -91,11 +91,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.DurationVar(&c.node.SnapshotInterval, "snapshot-interval", 30*time.Second, "how often Raft checks the snapshot threshold")
 	fs.DurationVar(&c.node.StateCheckInterval, "state-check-interval", raftnode.DefaultStateCheckInterval, "how often the leader compares every replica's state hash with its own (negative: never; 'raftlock cluster check-state' runs one now)")
 	fs.IntVar(&c.node.MaxPendingApplies, "max-pending-applies", 1024, "client writes in flight through Raft before more are shed with 429 (the hard ceiling behind --admission)")
-	fs.BoolVar(&c.admission.on, "admission", true, "shed writes with 429 past an adaptive limit driven by commit latency, shared fairly between tenants (README: Admission control)")
+	fs.BoolVar(&c.admission.on, "admission", true, "shed writes with 429 past an adaptive limit driven by commit latency, shared fairly between tenants (docs/OPERATIONS.md: Admission control)")
 	fs.IntVar(&c.admission.Limit.Min, "admission-min", 64, "the adaptive limit's floor: writes in flight it always allows (64: below it, shedding on a loaded 2-core node cost more CPU than it saved)")
 	fs.IntVar(&c.admission.Limit.Max, "admission-max", 256, "the adaptive limit's ceiling; keep it under --max-pending-applies / 2")
 	fs.Float64Var(&c.admission.Limit.Tolerance, "admission-tolerance", 2, "commit latency, as a multiple of the unloaded one, past which the limit shrinks")
-	fs.Func("memory-limit", "soft limit on the node's Go memory, e.g. 640MiB (GOMEMLIMIT's syntax: B, KiB, MiB, GiB, TiB); the GC works harder near it, so a node holding 1M locks stays under 1 GiB RSS (README: Performance)", func(v string) error {
+	fs.Func("memory-limit", "soft limit on the node's Go memory, e.g. 640MiB (GOMEMLIMIT's syntax: B, KiB, MiB, GiB, TiB); the GC works harder near it, so a node holding 1M locks stays under 1 GiB RSS (docs/OPERATIONS.md: The data dir and the log stores)", func(v string) error {
 		n, err := parseBytes(v)
 		c.memoryLimit = n
 		return err
