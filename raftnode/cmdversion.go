@@ -1,9 +1,12 @@
 package raftnode
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -101,6 +104,7 @@ func (n *Node) recordFormat(term uint64, config string, members []raft.Server, r
 	surveyed, why := formatFor(members, reports)
 	was := n.commandVersionIn(term)
 	prev := n.cmdFormat.Swap(&cmdFormat{term: term, configKey: config, version: surveyed})
+	n.formatNews.notify()
 	v := n.commandVersionIn(term)
 	switch {
 	case v != was:
@@ -109,6 +113,60 @@ func (n *Node) recordFormat(term uint64, config string, members []raft.Server, r
 		n.log.Info("writing an older command format: not every member reads the newest", "version", v, "newest", fsm.MaxCommandVersion, "term", term, "held_back_by", why)
 	case surveyed < v && (prev == nil || prev.term != term):
 		n.log.Info("writing the format the committed log already holds, though not every member answered for it", "version", v, "surveyed", surveyed, "term", term, "held_back_by", why)
+	}
+}
+
+// awaitFormat returns the format this leader writes once it fits cmd,
+// waiting at most fetchTimeout (one survey's bound) or until ctx ends. A
+// new term writes format 1 until a survey of its members allows more; the
+// first survey starts as soon as the leader is ready, and while the format
+// is held back early in a term (a member's HTTP address not yet announced,
+// a member still starting) the surveys repeat quickly (promoteLoop). A
+// write that needs a newer format waits for them rather than being refused
+// for want of a survey, so a cluster that starts together accepts every
+// feature from its first request. A member that does not answer, or runs
+// an older build, holds the format back after the wait as before.
+func (n *Node) awaitFormat(ctx context.Context, cmd fsm.Command) uint8 {
+	term := n.raft.CurrentTerm()
+	timer := time.NewTimer(n.fetchTimeout())
+	defer timer.Stop()
+	for {
+		news := n.formatNews.wait()
+		if v := n.commandVersionIn(term); fsm.Fits(cmd, v) || !n.IsLeader() || n.raft.CurrentTerm() != term {
+			return v
+		}
+		select {
+		case <-news:
+		case <-timer.C:
+			return n.commandVersionIn(term)
+		case <-ctx.Done():
+			return n.commandVersionIn(term)
+		}
+	}
+}
+
+// broadcast wakes every goroutine waiting on it: wait returns a channel
+// that notify closes.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
 	}
 }
 

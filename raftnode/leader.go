@@ -43,10 +43,11 @@ func (n *Node) startLeaderLoop() *leaderRun {
 	r := &leaderRun{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		promoter := make(chan struct{}) // promote.go: non-voters become voters once caught up
-		go func() { defer close(promoter); n.promoteLoop(ctx) }()
+		ready := make(chan struct{})    // closed once this term's reads see every committed entry
+		promoter := make(chan struct{}) // promote.go: formats surveyed, non-voters promoted once caught up
+		go func() { defer close(promoter); n.promoteLoop(ctx, ready) }()
 		defer func() { cancel(); <-promoter }()
-		n.leaderLoop(ctx)
+		n.leaderLoop(ctx, ready)
 	}()
 	return r
 }
@@ -62,8 +63,9 @@ func (r *leaderRun) stop() {
 
 // leaderLoop is the work only a leader does, once per term: make sure every
 // earlier entry is applied, publish its own HTTP address, then keep the FSM
-// clock moving with tick entries so leases expire on time.
-func (n *Node) leaderLoop(ctx context.Context) {
+// clock moving with tick entries so leases expire on time. It closes ready
+// once the term's reads see every committed entry.
+func (n *Node) leaderLoop(ctx context.Context, ready chan<- struct{}) {
 	term := n.raft.CurrentTerm()
 	log := n.log.With("term", term)
 	log.Info("leading")
@@ -73,6 +75,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		return
 	}
 	n.readyTerm.Store(term)
+	close(ready)
 	n.waiters.open()
 	defer n.waiters.close(ErrLeaderChanged)
 	if addr, _ := n.machine.NodeAddr(n.cfg.ID); n.cfg.AdvertiseHTTP != "" && addr != n.cfg.AdvertiseHTTP {

@@ -41,8 +41,10 @@ type Node struct {
 	// readyTerm is the term in which this node, as leader, finished its
 	// Barrier: only then do its reads see every committed entry.
 	readyTerm atomic.Uint64
-	// cmdFormat: the command format the leader may write (cmdversion.go).
-	cmdFormat atomic.Pointer[cmdFormat]
+	// cmdFormat: the command format the leader may write (cmdversion.go);
+	// formatNews wakes writes waiting for a term's first survey of it.
+	cmdFormat  atomic.Pointer[cmdFormat]
+	formatNews broadcast
 	// configMu serializes membership changes on the leader: each one checks
 	// the configuration (quorum health, promotion) and then changes it, and
 	// two checks of the same configuration must not both pass. Raft's own

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/store"
 )
 
@@ -181,24 +182,42 @@ func promotable(servers []raft.Server, leader raft.ServerID, term, lastIndex uin
 	return raft.Server{}, false
 }
 
-// promoteLoop runs on the leader for one term: every heartbeat timeout,
-// while there are non-voters, it asks the members for their progress and
-// promotes one non-voter that has caught up; and until every member reports
-// reading the newest command format, it asks to learn which format the
-// leader may write (cmdversion.go). It runs on whichever node
-// leads, so a join outlives a change of leader.
-func (n *Node) promoteLoop(ctx context.Context) {
-	t := time.NewTicker(max(n.cfg.HeartbeatTimeout, 50*time.Millisecond))
-	defer t.Stop()
+// promoteLoop runs on the leader for one term: as soon as the term's leader
+// is ready and then every heartbeat timeout, while there are non-voters, it
+// asks the members for their progress and promotes one non-voter that has
+// caught up; and until every member reports reading the newest command
+// format, it asks to learn which format the leader may write
+// (cmdversion.go). Writes that need a newer format wait for the surveys
+// (awaitFormat), so the first round runs at once and, while the format is
+// held back in the term's first fetchTimeout (followers announce their
+// HTTP addresses only once they hear the new leader), rounds repeat every
+// formatRetry. It runs on whichever node leads, so a join outlives a
+// change of leader.
+func (n *Node) promoteLoop(ctx context.Context, ready <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-ready:
+	}
+	start := time.Now()
+	every := max(n.cfg.HeartbeatTimeout, 50*time.Millisecond)
 	for {
+		n.promoteRound(ctx)
+		wait := every
+		if n.CommandVersion() < fsm.MaxCommandVersion && time.Since(start) < n.fetchTimeout() {
+			wait = min(wait, formatRetry)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wait):
 		}
-		n.promoteRound(ctx)
 	}
 }
+
+// formatRetry is how soon a new term's leader surveys its members again
+// while they hold the command format back.
+const formatRetry = 50 * time.Millisecond
 
 func (n *Node) promoteRound(ctx context.Context) {
 	term := n.raft.CurrentTerm()

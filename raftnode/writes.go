@@ -34,9 +34,9 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	case fsm.OpAcquire, fsm.OpSemAcquire:
 		return n.Acquire(ctx, cmd, 0)
 	case fsm.OpForceRelease:
-		return n.forceRelease(cmd)
+		return n.forceRelease(ctx, cmd)
 	}
-	if err := n.gate(cmd); err != nil {
+	if err := n.gate(ctx, cmd); err != nil {
 		return fsm.Result{}, err
 	}
 	if cmd.Op == fsm.OpSessionCreate && cmd.SessionID == "" {
@@ -46,12 +46,16 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 }
 
 // gate refuses early, with ErrNotSupportedYet, a command the format this
-// leader writes now cannot carry (fsm.Fits). applyExt checks again with the
-// version the entry is really written in, since the gate may change in
+// leader writes cannot carry (fsm.Fits), once this term's first survey of
+// its members has told it which it may write. applyExt checks again with
+// the version the entry is really written in, since the gate may change in
 // between (a new term, a new member).
-func (n *Node) gate(cmd fsm.Command) error {
+func (n *Node) gate(ctx context.Context, cmd fsm.Command) error {
 	v := n.CommandVersion()
 	if fsm.Fits(cmd, v) {
+		return nil
+	}
+	if v = n.awaitFormat(ctx, cmd); fsm.Fits(cmd, v) {
 		return nil
 	}
 	what := "a lock value"
@@ -74,8 +78,8 @@ func (n *Node) gate(cmd fsm.Command) error {
 // here answers early; applyExt checks again with the version the entry is
 // really written in, since the gate may change in between (a new term, a
 // new member).
-func (n *Node) forceRelease(cmd fsm.Command) (fsm.Result, error) {
-	if err := n.gate(cmd); err != nil {
+func (n *Node) forceRelease(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	if err := n.gate(ctx, cmd); err != nil {
 		return fsm.Result{}, err
 	}
 	r, err := n.applyAdmitted(cmd)
@@ -120,7 +124,7 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 	if !n.IsLeader() {
 		return fsm.Result{}, ErrNotLeader
 	}
-	if err := n.gate(cmd); err != nil {
+	if err := n.gate(ctx, cmd); err != nil {
 		return fsm.Result{}, err // refused before it parks
 	}
 	if cmd.LeaseID == "" {
