@@ -235,6 +235,53 @@ func TestLeaderChangeNeitherRestartsNorShortensTTL(t *testing.T) {
 		t.Fatalf("1000ms in, after failover: %d, want 200 (failover restarted the TTL)", got)
 	}
 }
+
+// With no traffic at all, a failover still lengthens a lease by at most
+// TickInterval beyond the time the cluster had no leader: while deadlines
+// run, the leader stamps the FSM clock at least every TickInterval, and a
+// new leader counts on from the last stamp. (A leader that wrote a tick only
+// once a deadline fell due left the FSM clock at the acquire, and the new
+// leader restarted the lease.) No manual time passes during the election
+// here, so the lock must be free at exactly TTL + TickInterval.
+func TestLeaderChangeWithNoTrafficLengthensLeaseByAtMostTickInterval(t *testing.T) {
+	const tick = 50 * time.Millisecond // clustertest's TickInterval
+	clock := &clustertest.ManualClock{}
+	c := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
+	old := c.Leader()
+	// Followers announce their HTTP addresses through the leader: let those
+	// entries land first, so that nothing but the leader loop writes below.
+	clustertest.WaitFor(t, 10*time.Second, "every member's HTTP address", func() bool {
+		for _, n := range c.Nodes {
+			if addr, _ := old.Machine().NodeAddr(n.ID); addr == "" {
+				return false
+			}
+		}
+		return true
+	})
+	if status, body := acquire(t, old, "idle", "a", leaseA, 1000); status != 200 {
+		t.Fatalf("acquire: %d %v", status, body)
+	}
+	acquiredAt := clock.Now()
+	deadline := old.Machine().Holders("idle")[0].Deadline // FSM time: the acquire's stamp + 1 s
+	clock.Advance(600 * time.Millisecond)
+	// The leader loop's wake-up is due: within TickInterval of the leader's
+	// clock, its FSM clock moves although no deadline is near.
+	clustertest.WaitFor(t, 10*time.Second, "a tick 600 ms after the acquire", func() bool {
+		return old.Machine().Clock().Now >= deadline-int64(400*time.Millisecond+tick)
+	})
+	c.WaitApplied(old.Raft().LastIndex())
+
+	old.Kill()
+	leader := c.WaitForNewLeader(old)
+	clustertest.WaitFor(t, 10*time.Second, "the new leader's first tick", func() bool {
+		return leader.Machine().Clock().Term == leader.Raft().CurrentTerm()
+	})
+	clock.Advance(time.Duration(acquiredAt + int64(time.Second+tick) - clock.Now()))
+	if got := contend(t, leader, "idle"); got != 200 {
+		t.Fatalf("TTL + TickInterval after the acquire, after a failover with no traffic: %d, want 200 (the failover lengthened the lease by more than TickInterval)", got)
+	}
+}
+
 func TestNoLeaderWhenQuorumLost(t *testing.T) {
 	c := clustertest.Start(t, 3)
 	survivor := c.Followers()[0]
