@@ -21,9 +21,12 @@ type decision func(ctx context.Context) (status int, body any, err error)
 
 // onLeader runs decide where it can be decided: here if this node leads,
 // otherwise on the leader through one forwarded hop. While no leader is
-// known it waits up to LeaderWait, then answers 503 no_leader. Every 503 it
-// answers itself is certain that decide handed nothing to the store; what
-// decide's own errors promise is the error table's business.
+// known, or the one it knows cannot be reached (killed, and this node has
+// not yet noticed), it waits up to LeaderWait for one, then answers 503
+// no_leader: a failover costs the client the election, not a Retry-After
+// on top of it. Every 503 it answers itself is certain that decide handed
+// nothing to the store; what decide's own errors promise is the error
+// table's business.
 func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, decide decision) {
 	ctx := r.Context()
 	if _, ok := ctx.Deadline(); !ok {
@@ -60,8 +63,23 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 			writeError(w, fmt.Errorf("%w: request forwarded by %s, but %s leads", store.ErrNotLeader, r.Header.Get(api.HeaderForwardedBy), id))
 			return
 		case id != s.store.ID():
-			s.forward.relay(w, r, addr, body)
-			return
+			unsent := s.forward.relay(w, r, addr, body)
+			if unsent == nil {
+				return
+			}
+			if !time.Now().Before(deadline) {
+				writeError(w, unsent)
+				return
+			}
+			// Nothing reached the leader: ask again once a leader (the same
+			// one back, or its successor) may be known.
+			select {
+			case <-ctx.Done():
+				writeError(w, unsent)
+				return
+			case <-time.After(forwardRetry):
+			}
+			continue
 		case !time.Now().Before(deadline):
 			writeError(w, err)
 			return
@@ -94,12 +112,17 @@ func newForwarder(self string, tlsCfg *tls.Config) *forwarder {
 	return &forwarder{self: self, scheme: scheme, client: &http.Client{Transport: t}}
 }
 
+// forwardRetry is the pause before a request that could not be forwarded
+// asks again who leads.
+const forwardRetry = 20 * time.Millisecond
+
 // relay sends r (with its already-read body) to the leader at addr and
-// copies the answer back. A write that fails before the whole request went
-// out (no connection, refused, a write error) cannot have been applied:
-// 503. Once it went out, a reset or a timeout leaves the leader's decision
-// unknown: 504.
-func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, body []byte) {
+// copies the answer back. A request that fails before the whole of it went
+// out (no connection, refused, a write error) cannot have been applied: it
+// answers nothing and returns a no_leader error, for the caller to answer
+// or retry. Once it went out, a reset or a timeout leaves the leader's
+// decision unknown: 504.
+func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, body []byte) (unsent error) {
 	var sent atomic.Bool
 	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 		if i.Err == nil {
@@ -110,7 +133,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 	req, err := http.NewRequestWithContext(ctx, r.Method, f.scheme+addr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		writeError(w, fmt.Errorf("forward to leader %s: %w", addr, err))
-		return
+		return nil
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(api.HeaderForwardedBy, f.self)
@@ -121,10 +144,9 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 	if err != nil {
 		if sent.Load() && r.Method != http.MethodGet {
 			writeError(w, fmt.Errorf("%w: forwarded to leader %s, then: %v", errUnknownOutcome, addr, err))
-			return
+			return nil
 		}
-		writeError(w, fmt.Errorf("%w: forwarding to leader %s failed: %v", store.ErrNoLeader, addr, err))
-		return
+		return fmt.Errorf("%w: forwarding to leader %s failed: %v", store.ErrNoLeader, addr, err)
 	}
 	defer resp.Body.Close()
 	markForwarded(w)
@@ -135,4 +157,5 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -403,6 +404,30 @@ func TestForwardLeaderUnreachable(t *testing.T) {
 	}
 	rec := do(t, newServer(follower(addr)), http.MethodGet, "/v1/locks/a", "")
 	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, addr)
+}
+
+// A follower that still names a leader that was killed sends the write on
+// to its successor as soon as it learns of it, within LeaderWait, rather
+// than answering 503 (and a Retry-After of a second) on top of the
+// election. Nothing had reached the dead leader, so one request arrives.
+func TestForwardUnreachableLeaderRetriedOnItsSuccessor(t *testing.T) {
+	gone := httptest.NewServer(http.NotFoundHandler())
+	deadAddr := strings.TrimPrefix(gone.URL, "http://")
+	gone.Close()
+	leader := newRecordingLeader(t, http.StatusOK, `{"released":true}`)
+	var asks atomic.Int32
+	f := failingStore(store.ErrNotLeader, "old")
+	f.waitForLeader = func(context.Context) (string, string, error) {
+		if asks.Add(1) < 3 {
+			return "old", deadAddr, nil // not yet noticed
+		}
+		return "new", leader.addr(), nil
+	}
+	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/release", `{"name":"a","lease_id":"`+leaseA+`"}`)
+	wantJSON(t, rec, http.StatusOK, `{"released":true}`)
+	if n := len(leader.requests()); n != 1 {
+		t.Errorf("%d requests at the new leader, want 1", n)
+	}
 }
 
 // A follower that learns of the leader only while waiting forwards then.
