@@ -10,6 +10,8 @@ fencing tokens.
 The HTTP contract is docs/API.md of the raftlock repository.
 """
 
+import logging
+
 from .client import Client, Election, new_lease_id
 from .clock import Clock, MonotonicClock
 from .errors import (
@@ -53,3 +55,6 @@ __all__ = [
     "StateDivergedError", "StorageError", "TooLargeError", "UnauthorizedError", "UnavailableError",
     "UnknownOutcomeError", "UnsafeChangeError", "new_lease_id",
 ]
+
+# A library logs only where the application asked it to.
+logging.getLogger("raftlock").addHandler(logging.NullHandler())

@@ -104,8 +104,16 @@ class UnknownOutcomeError(APIError):
     ``last`` is the last failure seen.
     """
 
-    def __init__(self, message: str, last: BaseException | None = None, status: int = 0) -> None:
-        super().__init__(status, "unknown_outcome", message)
+    def __init__(
+        self,
+        message: str,
+        last: BaseException | None = None,
+        status: int = 0,
+        *,
+        retry_after: float = 0.0,
+        node: str = "",
+    ) -> None:
+        super().__init__(status, "unknown_outcome", message, retry_after=retry_after, node=node)
         self.last = last
 
 
@@ -245,7 +253,7 @@ def error_from_answer(
     code = str(body.get("error", "")) if isinstance(body, dict) else ""
     message = str(body.get("message", "")) if isinstance(body, dict) else ""
     if code == "unknown_outcome":
-        return UnknownOutcomeError(message or "outcome unknown", status=status)
+        return UnknownOutcomeError(message or "outcome unknown", status=status, retry_after=retry_after, node=node)
     cls = _CLASSES.get(code)
     if cls is None:
         cls = OverloadedError if status == 429 else InternalError
