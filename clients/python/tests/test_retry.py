@@ -105,7 +105,7 @@ class RetryTest(Base):
         c = self.client([n], timeout=0.3)
         with self.assertRaises(raftlock.UnknownOutcomeError) as cm:
             c.try_acquire("x", ttl=10)
-        self.assertIsInstance(cm.exception.last, raftlock.UnknownOutcomeError)
+        self.assertIsNotNone(cm.exception.last)  # a 504, or the last attempt cut off by the deadline
         ids = {s.body["lease_id"] for s in n.requests("/v1/locks/acquire")}
         self.assertEqual(len(ids), 1, "every attempt must carry the same lease id")
         # The lease the caller will never see is released, by the same id.
