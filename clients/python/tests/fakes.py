@@ -53,6 +53,18 @@ class FakeClock:
         with self._cond:
             return sorted(w[0] - self._now for w in self._waiters)
 
+    def drive(self, t: threading.Thread, timeout: float = 10.0) -> None:
+        """Advances the clock to each timer of the waiting code in turn, until
+        thread t ends (real time bounded by timeout)."""
+        end = time.monotonic() + timeout
+        while t.is_alive():
+            if time.monotonic() > end:
+                raise AssertionError("fake clock: the thread did not end")
+            p = self.pending()
+            if p:
+                self.advance(max(p[0], 0.0))
+            t.join(0.002)
+
     def wait_for(self, pred: Callable[[list[float]], bool], timeout: float = 10.0) -> list[float]:
         """Waits (real time, bounded) until pred(pending()) holds."""
         end = time.monotonic() + timeout

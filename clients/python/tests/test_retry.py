@@ -115,10 +115,17 @@ class RetryTest(Base):
     def test_no_leader_until_time_runs_out_is_not_unknown(self) -> None:
         n = self.node()
         n.leader = ""
-        n.default = lambda s: error(503, "no_leader", "0")
-        c = self.client([n], timeout=0.3)
-        with self.assertRaises(raftlock.NoLeaderError):
-            c.try_acquire("x", ttl=10)
+        clk = FakeClock()
+        # Each answer takes 10 s of the fake clock: the deadline passes after
+        # three, and no attempt is cut off by it (which would be ambiguous).
+        a = error(503, "no_leader", "0")
+        a.before = lambda: clk.advance(10)
+        n.default = lambda s: a
+        c = self.client([n], timeout=25, clock=clk)
+        t, box = self.run_in_thread(lambda: c.try_acquire("x", ttl=10))
+        clk.drive(t)
+        self.assertIsInstance(box.get("error"), raftlock.NoLeaderError)
+        self.assertEqual(len(n.requests("/v1/locks/acquire")), 3)
         self.assertEqual(n.requests("/v1/locks/release"), [], "nothing was applied: nothing to release")
 
     def test_refused_connections_are_not_ambiguous(self) -> None:
