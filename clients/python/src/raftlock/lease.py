@@ -304,6 +304,11 @@ class _Grant:
             if lost is None or not isinstance(lost.__cause__, (NotHolderError, NoSessionError)):
                 try:
                     self._release_fn(timeout)
+                except (NotHolderError, NoSessionError) as e:
+                    # It expired before the release: the work under it may
+                    # not have been protected, which is what the caller must hear.
+                    err = LeaseLostError(f"raftlock: {self._kind} {self.name!r} was lost before its release: {e}")
+                    err.__cause__ = e
                 except RaftlockError as e:
                     err = e
             self.ended.set()
