@@ -290,7 +290,7 @@ class Transport:
         """The jittered wait before retry number attempt (from 0): between
         half and all of min(base * 2**attempt, max)."""
         d = self.backoff_max if attempt >= 30 else min(self.backoff_base * (2**attempt), self.backoff_max)
-        return d / 2 + random.uniform(0, d / 2)
+        return float(d / 2 + random.uniform(0, d / 2))
 
     def sleep(self, d: float, cancel: Cancel | None) -> None:
         """Waits d seconds on the client's clock; raises Cancelled if cancelled."""

@@ -383,7 +383,7 @@ class Client:
         the error. It ends when stop is set (checked between reads) or the
         caller stops iterating."""
         path = "/v1/locks/" + urllib.parse.quote(name, safe="")
-        yield from self._watch(path, stale, wait, stop, LockInfo.from_json)  # type: ignore[misc]
+        yield from self._watch(path, stale, wait, stop, LockInfo.from_json)
 
     def watch_prefix(
         self, prefix: str = "", *, stale: bool = False, wait: float = 60.0, stop: threading.Event | None = None
@@ -395,7 +395,7 @@ class Client:
                             int(j.get("index", 0)))
 
         q = {"prefix": prefix} if prefix else {}
-        yield from self._watch("/v1/locks", stale, wait, stop, conv, q)  # type: ignore[misc]
+        yield from self._watch("/v1/locks", stale, wait, stop, conv, q)
 
     def _watch(self, path: str, stale: bool, wait: float, stop: threading.Event | None, conv: Any,
                base_query: dict[str, str] | None = None) -> Iterator[Any]:

@@ -17,6 +17,7 @@ code (``held`` is :class:`HeldError`, ``not_holder`` is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class RaftlockError(Exception):
@@ -50,7 +51,7 @@ class APIError(RaftlockError):
         *,
         retry_after: float = 0.0,
         node: str = "",
-        body: dict | None = None,
+        body: dict[str, Any] | None = None,
     ) -> None:
         self.status = status
         self.code = code
@@ -247,7 +248,7 @@ _NAMED = (HeldError, FullError, LimitMismatchError)
 
 
 def error_from_answer(
-    status: int, body: dict, *, retry_after: float = 0.0, node: str = "", name: str = ""
+    status: int, body: dict[str, Any], *, retry_after: float = 0.0, node: str = "", name: str = ""
 ) -> APIError:
     """Builds the exception for an error answer of the API."""
     code = str(body.get("error", "")) if isinstance(body, dict) else ""
@@ -257,7 +258,7 @@ def error_from_answer(
     cls = _CLASSES.get(code)
     if cls is None:
         cls = OverloadedError if status == 429 else InternalError
-    kw: dict = {"retry_after": retry_after, "node": node, "body": body if isinstance(body, dict) else {}}
+    kw: dict[str, Any] = {"retry_after": retry_after, "node": node, "body": body if isinstance(body, dict) else {}}
     if cls in _NAMED:
         kw["name"] = name
     return cls(status, code, message, **kw)
