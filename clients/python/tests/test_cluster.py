@@ -199,6 +199,15 @@ class SharedCluster(unittest.TestCase):
         self.assertFalse(next(it).held)
         it.close()
 
+    def test_watch_prefix_yields_changes_under_it(self) -> None:
+        it = self.c.watch_prefix("jobs/", wait=5)
+        self.assertEqual(next(it).locks, [])
+        lease = self.c.try_acquire("jobs/1", ttl=5)
+        self.assertEqual([x.name for x in next(it).locks], ["jobs/1"])
+        lease.release()
+        self.assertEqual(next(it).locks, [])
+        it.close()
+
     def test_lost_answer_retried_with_the_same_lease_id(self) -> None:
         # A proxy drops the first answer after the leader granted the lock,
         # answering 504 as a gateway would; the resent acquire (same lease id)

@@ -170,6 +170,14 @@ class RetryTest(Base):
         with self.assertRaises(raftlock.NotHolderError):
             c.release("x", "a" * 22)
 
+    def test_token_and_content_type_are_sent(self) -> None:
+        n = self.node()
+        c = self.client([n], token="s3cret")
+        c.try_acquire("x", ttl=10).detach()
+        h = n.requests("/v1/locks/acquire")[0].headers
+        self.assertEqual(h.get("Authorization"), "Bearer s3cret")
+        self.assertEqual(h.get("Content-Type"), "application/json")
+
     def test_bad_request_is_not_retried(self) -> None:
         n = self.node()
         n.script("/v1/locks/acquire", error(400, "bad_request"))
