@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: the Python client's whole suite: unit tests (fake nodes, fake clock)
 # and integration tests against three-node clusters of the raftlock binary,
-# built here once from the repository root. Needs python3 (3.11+) and go.
+# built here once from the repository root. Needs python3 (3.11+) and go;
+# PostgreSQL tests of the fencing guard run when RAFTLOCK_TEST_PG_DSN is set.
 # The last line is unittest's verdict ("OK" or "FAILED (...)") after its
 # "Ran N tests" line; the exit status is non-zero on any failure.
 #
@@ -13,6 +14,18 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 PY=${PYTHON:-python3}
+# With a test PostgreSQL (scripts/test.sh starts one), the fencing guard is also
+# tested on it through psycopg, which only Debian's python3 can have here (no
+# PyPI): use that interpreter, installing python3-psycopg when missing. Without
+# either, those tests are reported skipped.
+if [[ -n ${RAFTLOCK_TEST_PG_DSN:-} && -z ${PYTHON:-} && -x /usr/bin/python3 ]] &&
+	/usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+	if ! /usr/bin/python3 -c 'import psycopg' 2>/dev/null && command -v apt-get >/dev/null; then
+		echo "test.sh: installing python3-psycopg" >&2
+		apt-get install -y -q python3-psycopg >&2 || echo "test.sh: python3-psycopg not installed: the PostgreSQL tests will skip" >&2
+	fi
+	/usr/bin/python3 -c 'import psycopg' 2>/dev/null && PY=/usr/bin/python3
+fi
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
 	echo "test.sh: $PY is $("$PY" --version 2>&1); the client needs Python 3.11 or later" >&2
 	exit 2

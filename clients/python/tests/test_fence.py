@@ -125,3 +125,54 @@ class PermitFenceTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def _pg() -> tuple[object, str] | None:
+    """psycopg and the DSN of a test PostgreSQL (scripts/pg.sh start prints
+    RAFTLOCK_TEST_PG_DSN), when both are there."""
+    dsn = os.environ.get("RAFTLOCK_TEST_PG_DSN", "")
+    try:
+        import psycopg  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return (psycopg, dsn) if dsn else None
+
+
+@unittest.skipUnless(_pg(), "needs psycopg and RAFTLOCK_TEST_PG_DSN (export \"$(scripts/pg.sh start)\")")
+class PostgresGuardTest(unittest.TestCase):
+    def setUp(self) -> None:
+        psycopg, dsn = _pg()  # type: ignore[misc]
+        self.db = psycopg.connect(dsn)  # type: ignore[attr-defined]
+        self.addCleanup(self.db.close)
+        self.table = f"fence_py_{os.getpid()}"
+        self.guard = SQLGuard(self.db, table=self.table, dialect="postgres")
+        self.guard.create_table()
+        self.db.commit()
+
+        def drop() -> None:
+            self.db.rollback()
+            self.db.execute(f'DROP TABLE IF EXISTS "{self.table}"')
+            self.db.execute('DROP TABLE IF EXISTS "tickets_py"')
+            self.db.commit()
+
+        self.addCleanup(drop)
+
+    def test_accepts_only_rising_tokens(self) -> None:
+        self.guard.advance("r", 5)
+        self.guard.advance("r", 9)
+        self.db.commit()
+        with self.assertRaises(StaleTokenError) as cm:
+            self.guard.advance("r", 9)
+        self.assertEqual(cm.exception.current, 9)
+        self.db.rollback()
+        self.guard.advance("r", 10)
+        self.db.rollback()  # rolled back: not recorded
+        self.assertEqual(self.guard.current("r"), 9)
+
+    def test_fenced_update(self) -> None:
+        self.db.execute('CREATE TABLE "tickets_py" (id int PRIMARY KEY, holder text, '
+                        "last_fencing_token bigint NOT NULL DEFAULT 0)")
+        self.db.execute('INSERT INTO "tickets_py" (id) VALUES (402)')
+        fenced_update(self.db, "tickets_py", 402, 16, "holder = %s", ("worker-b",), dialect="postgres")
+        with self.assertRaises(StaleTokenError):
+            fenced_update(self.db, "tickets_py", 402, 7, "holder = %s", ("worker-a",), dialect="postgres")
