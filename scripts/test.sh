@@ -3,6 +3,7 @@
 #   - a throwaway PostgreSQL on 127.0.0.1 for the fencing tests (scripts/pg.sh)
 #   - promtool (scripts/ci-deps.sh installs it) on the alert rules in monitoring/
 #   - go vet and the unit, cluster and contract tests (go test -race ./...)
+#   - the Python client's tests (clients/python/test.sh)
 #   - the Jepsen-style checker under real faults (scripts/check.sh): a minute of
 #     process and network faults, then a minute with clock faults added
 #   - chaos runs against a process cluster, and a compose cluster when Docker answers
@@ -26,6 +27,7 @@ export RAFTLOCK_REQUIRE_CHROMIUM=1 # the status page browser test may not skip i
 stage "alert rules (promtool check and unit tests)" bash -c 'promtool check rules monitoring/prometheus-rules.yml && cd monitoring && promtool test rules prometheus-rules.test.yml'
 stage "go vet" go vet ./...
 stage "go test" go test -race -count=1 -timeout 20m ./...
+stage "python client (unit tests, and three-node clusters of the built binary)" bash clients/python/test.sh
 stage "checker (1 minute of faults against three real nodes)" bash scripts/check.sh 1m
 stage "checker with clock faults (1 minute; raftlock built with -tags raftlock_faults)" bash scripts/check.sh 1m --clock-faults
 stage "chaos (process cluster: 5 leader kills, 3 pauses; compose: 3 kills when Docker answers)" bash scripts/chaos-ci.sh
