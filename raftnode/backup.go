@@ -671,21 +671,19 @@ func (n *Node) compactPastRefused() {
 		failed()
 		return
 	}
-	rc := n.raft.ReloadableConfig()
+	trailing := n.cfg.TrailingLogs
 	keep := uint64(0)
 	if last := n.raft.LastIndex(); last > index {
-		keep = min(rc.TrailingLogs, last-index)
+		keep = min(trailing, last-index)
 	}
-	short := rc
-	short.TrailingLogs = keep
-	if err := n.raft.ReloadConfig(short); err != nil {
+	if err := n.reloadRaft(func(rc *raft.ReloadableConfig) { rc.TrailingLogs = keep }); err != nil {
 		n.log.Warn("compaction for a follower: reload config", "error", err)
 		failed()
 		return
 	}
 	err = n.raft.Snapshot().Error()
-	if rerr := n.raft.ReloadConfig(rc); rerr != nil {
-		n.log.Error("compaction for a follower: trailing logs not restored", "trailing_logs", rc.TrailingLogs, "error", rerr)
+	if rerr := n.reloadRaft(func(rc *raft.ReloadableConfig) { rc.TrailingLogs = trailing }); rerr != nil {
+		n.log.Error("compaction for a follower: trailing logs not restored", "trailing_logs", trailing, "error", rerr)
 	}
 	if err != nil {
 		n.log.Warn("compaction for a follower: snapshot failed", "error", err)

@@ -51,6 +51,8 @@ type Node struct {
 	// prevIndex guard cannot do it here: GetConfiguration's Index() is 0 in
 	// hashicorp/raft v1.7.3.
 	configMu sync.Mutex
+	// reloadMu serializes changes to raft's reloadable settings (reloadRaft).
+	reloadMu sync.Mutex
 	// appendMu is held shared while a command is handed to Raft, and alone
 	// by a backup restore, so that no command lands between the last index
 	// the restore raises every lock's index to and the index Raft installs
@@ -109,10 +111,11 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 		n.closeStores()
 		return nil, err
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.watchLeadership()
 	go n.register()
 	go n.watchIntegrity(cfg.StateCheckInterval)
+	go n.watchLeaderCrash()
 	return n, nil
 }
 

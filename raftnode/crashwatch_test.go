@@ -1,0 +1,38 @@
+package raftnode_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/raftnode"
+)
+
+// A leader whose process is gone (its Raft port refuses connections) is
+// replaced before any follower's heartbeat timeout could run out: here that
+// timeout is 5 s, so an election by the ordinary schedule comes no sooner
+// than 5 s after the kill, while the followers that find the port refusing
+// elect a successor within about LeaderLeaseTimeout and a stagger.
+func TestCrashedLeaderReplacedBeforeHeartbeatTimeout(t *testing.T) {
+	const heartbeat = 5 * time.Second
+	c := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = heartbeat, heartbeat, 100*time.Millisecond
+	}})
+	for round := range 3 {
+		old := c.Leader()
+		killed := time.Now()
+		old.Kill()
+		var next *clustertest.Node
+		clustertest.WaitFor(t, heartbeat, "a new leader before the heartbeat timeout", func() bool {
+			for _, n := range c.Nodes {
+				if n.Running() && n.IsLeader() {
+					next = n
+					return true
+				}
+			}
+			return false
+		})
+		t.Logf("round %d: %s killed, %s leads after %v", round, old.ID, next.ID, time.Since(killed).Round(time.Millisecond))
+		old.Restart()
+	}
+}
