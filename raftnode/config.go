@@ -105,7 +105,7 @@ func (c *Config) setDefaults() {
 	}
 	def(&c.HeartbeatTimeout, 1000*time.Millisecond)
 	def(&c.ElectionTimeout, 1000*time.Millisecond)
-	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
+	def(&c.LeaderLeaseTimeout, c.HeartbeatTimeout/2)
 	def(&c.CommitTimeout, 5*time.Millisecond)
 	def(&c.SnapshotInterval, 30*time.Second)
 	def(&c.TickInterval, 250*time.Millisecond)
