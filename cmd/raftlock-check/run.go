@@ -29,21 +29,22 @@ import (
 
 // config is what the run flags say.
 type config struct {
-	duration   time.Duration
-	seed       int64
-	bin        string
-	clients    int
-	locks      int
-	out        string
-	keep       bool
-	drift      float64
-	linTimeout time.Duration
-	calmMin    time.Duration
-	calmMax    time.Duration
-	faults     []string
-	seededBug  string
-	snapWait   time.Duration
-	logStore   string // raftlock serve --log-store ("": its default)
+	duration    time.Duration
+	seed        int64
+	bin         string
+	clients     int
+	locks       int
+	out         string
+	keep        bool
+	drift       float64
+	linTimeout  time.Duration
+	calmMin     time.Duration
+	calmMax     time.Duration
+	faults      []string
+	seededBug   string
+	snapWait    time.Duration
+	logStore    string // raftlock serve --log-store ("": its default)
+	serverFlags string // more raftlock serve flags, space-separated
 	// clockFaults adds the clock faults (faults.ClockKinds) and skews client
 	// clocks; it needs a raftlock_faults build of raftlock.
 	clockFaults bool
@@ -89,6 +90,7 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.calmMax, "calm-max", 5*time.Second, "longest calm period between faults")
 	fs.DurationVar(&c.snapWait, "snapshot-wait", 70*time.Second, "keep a killed follower down until the leader snapshots, at most this long (0: 2-5 s)")
 	fs.StringVar(&c.logStore, "log-store", "", "the nodes' --log-store (empty: raftlock's default)")
+	fs.StringVar(&c.serverFlags, "server-flags", "", "more raftlock serve flags for every node, space-separated (e.g. \"--heartbeat-timeout 500ms\")")
 	fs.StringVar(&faultList, "faults", strings.Join(faults.All, ","), "faults to cycle through")
 	fs.StringVar(&c.seededBug, "seeded-bug", os.Getenv("RAFTLOCK_SEEDED_BUG"), "seeded bug (test builds only; env RAFTLOCK_SEEDED_BUG)")
 	fs.BoolVar(&c.clockFaults, "clock-faults", false, "add clock faults: wall jumps, leader rate skew, monotonic leaps (raftlock built with -tags raftlock_faults)")
@@ -239,8 +241,9 @@ func (r *runner) setup() error {
 			return fmt.Errorf("building raftlock: %w", err)
 		}
 	}
-	extra := []string{"--election-timeout", "500ms", "--heartbeat-timeout", "500ms",
-		"--snapshot-threshold", "16", "--trailing-logs", "4"}
+	// Raft's timeouts are the server's defaults: the failover the checker
+	// measures is the one an operator gets.
+	extra := append([]string{"--snapshot-threshold", "16", "--trailing-logs", "4"}, strings.Fields(r.cfg.serverFlags)...)
 	if r.cfg.logStore != "" {
 		extra = append(extra, "--log-store", r.cfg.logStore)
 	}
