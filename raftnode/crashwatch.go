@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -22,15 +23,20 @@ import (
 // that, but they also depose healthy leaders whose heartbeats are late on a
 // loaded machine.
 //
-// When the leader's process has died but its host lives, there is a sign
-// that is both fast and certain: its Raft port refuses connections. A
-// follower whose leader has been silent for LeaderLeaseTimeout dials the
-// leader's Raft address; on ECONNREFUSED it lowers raft's heartbeat timeout
+// When the leader's process has died but its host lives, there are signs
+// that are both fast and certain: its Raft port refuses connections, or,
+// once a new process listens there, that process answers that it does not
+// lead. A follower whose leader has been silent for LeaderLeaseTimeout
+// dials the leader's Raft address and, if something listens, asks the
+// member at the leader's HTTP address for its progress (the same fetch the
+// leader's survey uses); on a refusal, or an answer from the leader's id
+// naming no leader or another, it lowers raft's heartbeat timeout
 // to LeaderLeaseTimeout (the least raft accepts), which makes raft check at
 // once and, the leader being silent that long, start an election; the
 // configured timeout comes back once a leader is known again. A leader that
 // is paused, slow or cut off by the network still accepts or times out the
-// dial, and is given up on the ordinary schedule. Followers act in the
+// dial and does not answer the fetch, and is given up on the ordinary
+// schedule. Followers act in the
 // order of their ids, crashStagger apart: the first becomes a candidate
 // (its pre-vote is refused by the others, which still have a leader), the
 // next one's pre-vote and vote the first then grants, so an election is won
@@ -55,12 +61,16 @@ func (n *Node) watchLeaderCrash() {
 		}
 		addr, id := n.raft.LeaderWithID()
 		silent := time.Since(n.raft.LastContact())
-		if n.raft.State() != raft.Follower || addr == "" || silent < n.cfg.LeaderLeaseTimeout || !n.refuses(addr) {
+		if n.raft.State() != raft.Follower || addr == "" || silent < n.cfg.LeaderLeaseTimeout {
+			continue
+		}
+		why := n.leaderGone(id, addr)
+		if why == "" {
 			continue
 		}
 		delay := n.crashRank(id) * crashStagger
-		n.log.Warn("the leader's Raft port refuses connections: its process is gone; electing a new leader without waiting for the heartbeat timeout",
-			"leader", id, "leader_addr", addr, "silent", silent.Round(time.Millisecond), "after", delay)
+		n.log.Warn("the leader's process is gone; electing a new leader without waiting for the heartbeat timeout",
+			"leader", id, "leader_addr", addr, "evidence", why, "silent", silent.Round(time.Millisecond), "after", delay)
 		select {
 		case <-n.stop:
 			return
@@ -71,6 +81,25 @@ func (n *Node) watchLeaderCrash() {
 		}
 		n.hurryElection(id)
 	}
+}
+
+// leaderGone says why the process that led as id at addr is certainly gone,
+// or "" when nothing shows it.
+func (n *Node) leaderGone(id raft.ServerID, addr raft.ServerAddress) string {
+	if n.refuses(addr) {
+		return "its Raft port refuses connections"
+	}
+	httpAddr, _ := n.machine.NodeAddr(string(id))
+	if n.cfg.FetchProgress == nil || httpAddr == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*crashPoll)
+	defer cancel()
+	p, err := n.cfg.FetchProgress(ctx, string(id), httpAddr)
+	if err != nil || p.ID != string(id) || p.Leader == string(id) {
+		return ""
+	}
+	return "a restarted process answers at its address, following " + strconv.Quote(p.Leader)
 }
 
 // refuses says whether nothing listens at the Raft address addr: the dial

@@ -8,20 +8,27 @@ import (
 	"github.com/raftlock/raftlock/raftnode"
 )
 
-// A leader whose process is gone (its Raft port refuses connections) is
-// replaced before any follower's heartbeat timeout could run out: here that
-// timeout is 5 s, so an election by the ordinary schedule comes no sooner
-// than 5 s after the kill, while the followers that find the port refusing
-// elect a successor within about LeaderLeaseTimeout and a stagger.
+// A leader whose process is gone is replaced before any follower's
+// heartbeat timeout could run out: here that timeout is 5 s, so an election
+// by the ordinary schedule comes no sooner than 5 s after the kill, while
+// the followers that find the leader's Raft port refusing, or a restarted
+// process at its address that does not lead, elect a leader within about
+// LeaderLeaseTimeout and a stagger. Rounds alternate between a leader that
+// stays down and one restarted at once.
 func TestCrashedLeaderReplacedBeforeHeartbeatTimeout(t *testing.T) {
 	const heartbeat = 5 * time.Second
 	c := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) {
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = heartbeat, heartbeat, 100*time.Millisecond
 	}})
-	for round := range 3 {
+	for round := range 4 {
 		old := c.Leader()
 		killed := time.Now()
-		old.Kill()
+		restartAtOnce := round%2 == 1
+		if restartAtOnce {
+			old.Restart() // a kill, and a new process on the same ports
+		} else {
+			old.Kill()
+		}
 		var next *clustertest.Node
 		clustertest.WaitFor(t, heartbeat, "a new leader before the heartbeat timeout", func() bool {
 			for _, n := range c.Nodes {
@@ -32,7 +39,9 @@ func TestCrashedLeaderReplacedBeforeHeartbeatTimeout(t *testing.T) {
 			}
 			return false
 		})
-		t.Logf("round %d: %s killed, %s leads after %v", round, old.ID, next.ID, time.Since(killed).Round(time.Millisecond))
-		old.Restart()
+		t.Logf("round %d (restarted at once: %v): %s killed, %s leads after %v", round, restartAtOnce, old.ID, next.ID, time.Since(killed).Round(time.Millisecond))
+		if !restartAtOnce {
+			old.Restart()
+		}
 	}
 }
