@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -153,6 +155,54 @@ func (c *limitedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// Write gives net/http's own 400 answers the contract's JSON body. net/http
+// refuses a request it cannot parse (a request target with a bad %-escape,
+// a malformed header line) before any handler runs, writing a plain-text
+// answer straight to the connection in one Write; that answer is recognised
+// here by its fixed form and rewritten. Under TLS this connection carries
+// only ciphertext, nothing matches, and the plain answer goes out as it is.
+func (c *limitedConn) Write(p []byte) (int, error) {
+	if out, ok := jsonParseError(p); ok {
+		if _, err := c.Conn.Write(out); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// Go's answer to a request it could not parse: status line, these headers,
+// and the status again as the body (net/http/server.go, conn.serve).
+const (
+	goBadRequest   = "HTTP/1.1 400 Bad Request"
+	goErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+)
+
+// jsonParseError returns the JSON form of net/http's plain 400 answer p,
+// and false when p is not one.
+func jsonParseError(p []byte) ([]byte, bool) {
+	if !bytes.HasPrefix(p, []byte(goBadRequest)) {
+		return nil, false
+	}
+	i := bytes.Index(p, []byte(goErrorHeaders))
+	if i < 0 {
+		return nil, false
+	}
+	detail := strings.TrimPrefix(string(p[i+len(goErrorHeaders):]), "400 Bad Request")
+	detail = strings.TrimPrefix(detail, ": ")
+	msg := "malformed HTTP request (check the path's %-escapes and the header lines)"
+	if detail != "" {
+		msg = "malformed HTTP request: " + detail
+	}
+	body, err := json.Marshal(api.Error{Error: api.CodeBadRequest, Message: msg})
+	if err != nil {
+		return nil, false
+	}
+	body = append(body, '\n')
+	head := fmt.Sprintf("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", len(body))
+	return append([]byte(head), body...), true
+}
+
 type (
 	reserveKey    struct{}
 	controllerKey struct{}
@@ -186,6 +236,17 @@ func isProbe(r *http.Request) bool {
 // connections and starts the body's clock.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			// A chunked body ends the connection. net/http frames a request
+			// that has both Transfer-Encoding and Content-Length by the
+			// former and drops the latter, so nobody here can tell the two
+			// apart; a proxy in front that framed it by Content-Length would
+			// send the bytes after the chunked body as the start of its next
+			// request, and they must never run as one here (request
+			// smuggling). RFC 9112 section 6.3: such a request is processed
+			// by its Transfer-Encoding, and the connection closed after it.
+			w.Header().Set("Connection", "close")
+		}
 		if hasBody(r) {
 			// The connection's controller, kept for refuseBody and bodyFirst:
 			// the writers they get are wrapped (metrics) and may not unwrap.
