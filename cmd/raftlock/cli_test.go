@@ -409,6 +409,7 @@ func TestCLICluster(t *testing.T) {
 	step{name: "leave", args: args("cluster", "leave", "--json", "n9"), stdout: `^\{"left":"n9"\}\n$`}.run(t, base)
 	eventually(t, base, "three members", count(3), "cluster", "status", "--json")
 
+	step{name: "transfer to the leader", args: args("cluster", "transfer", old.ID), stdout: `^` + old.ID + ` leads already; nothing changed\n$`}.run(t, base)
 	step{name: "transfer", args: args("cluster", "transfer"), stdout: `^leadership transferred from ` + old.ID + ` to n\d\n$`}.run(t, base)
 	if n := cl.WaitForNewLeader(old); n == old {
 		t.Fatal("leadership did not move")
@@ -549,5 +550,17 @@ func TestCLIClassify(t *testing.T) {
 				t.Errorf("classify = %d, %q, %q; want %d, %q, %q", code, kind, msg, tt.code, tt.kind, tt.msg)
 			}
 		})
+	}
+}
+
+// On a single node a leadership transfer has nobody to go to: exit 1 with
+// the server's reason, and the node still leads.
+func TestCLITransferSingleNode(t *testing.T) {
+	cl := clustertest.Start(t, 1)
+	base := endpointsEnv(cl.Endpoints())
+	eventually(t, base, "a leader", func(r result) bool { return r.code == exitOK }, "health")
+	step{name: "transfer", args: args("cluster", "transfer"), code: exitError, stderr: `^raftlock cluster transfer: .*no other voter to hand leadership to: n1 is the only voter; nothing changed`}.run(t, base)
+	if id, _ := cl.Nodes[0].Leader(); id != "n1" {
+		t.Errorf("leader %q after a refused transfer, want n1", id)
 	}
 }
