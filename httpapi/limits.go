@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"net"
@@ -107,7 +105,7 @@ func (s *Server) HTTPServer(tlsConfig *tls.Config) *http.Server {
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		// TLS handshake failures and the like: a flood must not flood the log.
 		ErrorLog:    log.New(s.rateLog, "", 0),
-		ConnContext: markReserve,
+		ConnContext: connContext,
 	}
 }
 
@@ -139,7 +137,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.log.Warn("connection limit reached: closing new connection", "limit", l.max+l.reserve, "remote", c.RemoteAddr().String())
 			continue
 		}
-		return &limitedConn{Conn: c, reserve: n > l.max, done: func() { l.open.Add(-1) }}, nil
+		return &limitedConn{Conn: c, reserve: n > l.max, done: func() { l.open.Add(-1) }, framer: &headFramer{}}, nil
 	}
 }
 
@@ -148,6 +146,7 @@ type limitedConn struct {
 	reserve bool
 	once    sync.Once
 	done    func()
+	framer  *headFramer // follows request heads on a plain connection (framing.go)
 }
 
 func (c *limitedConn) Close() error {
@@ -155,57 +154,10 @@ func (c *limitedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Write gives net/http's own 400 answers the contract's JSON body. net/http
-// refuses a request it cannot parse (a request target with a bad %-escape,
-// a malformed header line) before any handler runs, writing a plain-text
-// answer straight to the connection in one Write; that answer is recognised
-// here by its fixed form and rewritten. Under TLS this connection carries
-// only ciphertext, nothing matches, and the plain answer goes out as it is.
-func (c *limitedConn) Write(p []byte) (int, error) {
-	if out, ok := jsonParseError(p); ok {
-		if _, err := c.Conn.Write(out); err != nil {
-			return 0, err
-		}
-		return len(p), nil
-	}
-	return c.Conn.Write(p)
-}
-
-// Go's answer to a request it could not parse: status line, these headers,
-// and the status again as the body (net/http/server.go, conn.serve).
-const (
-	goBadRequest   = "HTTP/1.1 400 Bad Request"
-	goErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
-)
-
-// jsonParseError returns the JSON form of net/http's plain 400 answer p,
-// and false when p is not one.
-func jsonParseError(p []byte) ([]byte, bool) {
-	if !bytes.HasPrefix(p, []byte(goBadRequest)) {
-		return nil, false
-	}
-	i := bytes.Index(p, []byte(goErrorHeaders))
-	if i < 0 {
-		return nil, false
-	}
-	detail := strings.TrimPrefix(string(p[i+len(goErrorHeaders):]), "400 Bad Request")
-	detail = strings.TrimPrefix(detail, ": ")
-	msg := "malformed HTTP request (check the path's %-escapes and the header lines)"
-	if detail != "" {
-		msg = "malformed HTTP request: " + detail
-	}
-	body, err := json.Marshal(api.Error{Error: api.CodeBadRequest, Message: msg})
-	if err != nil {
-		return nil, false
-	}
-	body = append(body, '\n')
-	head := fmt.Sprintf("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", len(body))
-	return append([]byte(head), body...), true
-}
-
 type (
 	reserveKey    struct{}
 	controllerKey struct{}
+	framerKey     struct{}
 )
 
 // setReadDeadline sets the read deadline of r's connection, through the
@@ -216,14 +168,26 @@ func setReadDeadline(r *http.Request, t time.Time) {
 	}
 }
 
-// markReserve tags the context of a connection accepted into the probe
-// reserve (http.Server.ConnContext).
-func markReserve(ctx context.Context, c net.Conn) context.Context {
-	if tc, ok := c.(*tls.Conn); ok {
+// connContext (http.Server.ConnContext) tags the context of a connection
+// accepted into the probe reserve, and gives the handlers a plain
+// connection's head framer (framing.go); under TLS the framer would see
+// only ciphertext, so it is stopped before the first read.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	tc, isTLS := c.(*tls.Conn)
+	if isTLS {
 		c = tc.NetConn()
 	}
-	if lc, ok := c.(*limitedConn); ok && lc.reserve {
-		return context.WithValue(ctx, reserveKey{}, true)
+	lc, ok := c.(*limitedConn)
+	if !ok {
+		return ctx
+	}
+	if isTLS {
+		lc.framer.stop()
+	} else {
+		ctx = context.WithValue(ctx, framerKey{}, lc.framer)
+	}
+	if lc.reserve {
+		ctx = context.WithValue(ctx, reserveKey{}, true)
 	}
 	return ctx
 }
@@ -236,17 +200,6 @@ func isProbe(r *http.Request) bool {
 // connections and starts the body's clock.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if len(r.TransferEncoding) > 0 {
-			// A chunked body ends the connection. net/http frames a request
-			// that has both Transfer-Encoding and Content-Length by the
-			// former and drops the latter, so nobody here can tell the two
-			// apart; a proxy in front that framed it by Content-Length would
-			// send the bytes after the chunked body as the start of its next
-			// request, and they must never run as one here (request
-			// smuggling). RFC 9112 section 6.3: such a request is processed
-			// by its Transfer-Encoding, and the connection closed after it.
-			w.Header().Set("Connection", "close")
-		}
 		if hasBody(r) {
 			// The connection's controller, kept for refuseBody and bodyFirst:
 			// the writers they get are wrapped (metrics) and may not unwrap.

@@ -147,7 +147,7 @@ func New(store Store, opts Options) *Server {
 	})
 	// Around the router, not r.Use: mux runs middleware only on a matched
 	// route, and 404, 405 and redirects must carry the headers too.
-	s.handler = s.guard(s.identify(r))
+	s.handler = s.guard(s.identify(s.frame(r)))
 	return s
 }
 
