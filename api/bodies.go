@@ -111,9 +111,11 @@ type HeldError struct {
 	Holder  Holder `json:"holder"`
 	// RetryAfterMs is set during a lock delay: when the lock may be taken.
 	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
-	// Holders lists every holder, by token, when the lock is held shared
-	// (Holder is then the first of them); absent otherwise.
-	Holders []Holder `json:"holders,omitempty"`
+	// Holders lists the holders, by token, when the lock is held shared
+	// (Holder is then the first of them): the first MaxErrorHolders, and
+	// HoldersTotal counts them all. Both absent otherwise.
+	Holders      []Holder `json:"holders,omitempty"`
+	HoldersTotal int      `json:"holders_total,omitempty"`
 }
 
 // Released answers a release with 200: {"released": true}. A force
@@ -242,9 +244,12 @@ type Left struct {
 }
 
 // Transferred answers a leadership transfer with 200: the new leader's id,
-// "" if the old leader had not heard the winner in time.
+// "" if the old leader had not heard the winner in time. A transfer to the
+// node that leads already changes nothing: Leader is that node and Message
+// says so.
 type Transferred struct {
-	Leader string `json:"leader"`
+	Leader  string `json:"leader"`
+	Message string `json:"message,omitempty"`
 }
 
 // StateChecked answers POST /v1/cluster/check-state with 200: the index

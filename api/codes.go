@@ -32,6 +32,9 @@ const (
 	// CodeUnsafeChange: 409, a join or leave that would leave fewer healthy
 	// voters than a quorum.
 	CodeUnsafeChange = "unsafe_change"
+	// CodeNoSuccessor: 409, a leadership transfer with no other voter to
+	// take leadership (a single-node cluster). Nothing changed.
+	CodeNoSuccessor = "no_successor"
 	// CodeTooLarge: 413, a body over MaxBody bytes.
 	CodeTooLarge = "too_large"
 	// CodeUnsupportedMediaType: 415, a body not declared application/json.
@@ -103,4 +106,7 @@ const (
 	// DefaultListLimit and MaxListLimit: a list's default and largest limit.
 	DefaultListLimit = 1000
 	MaxListLimit     = 10000
+	// MaxErrorHolders bounds the holders a 409 held (of a shared lock) or
+	// full answer lists; its holders_total counts them all.
+	MaxErrorHolders = 32
 )

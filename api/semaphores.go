@@ -58,11 +58,13 @@ type PermitHolder struct {
 }
 
 // FullError is the 409 full answer to a semaphore acquire: every permit
-// is held; Holders lists them by token.
+// is held. Holders lists the first MaxErrorHolders of them by slot, and
+// HoldersTotal counts them all.
 type FullError struct {
-	Error   string         `json:"error"` // CodeFull
-	Message string         `json:"message"`
-	Holders []PermitHolder `json:"holders"`
+	Error        string         `json:"error"` // CodeFull
+	Message      string         `json:"message"`
+	Holders      []PermitHolder `json:"holders"`
+	HoldersTotal int            `json:"holders_total"`
 }
 
 // LimitMismatchError is the 409 limit_mismatch answer: the semaphore is

@@ -24,6 +24,8 @@ type AcquireOptions struct {
 	// TTL is the lease's time to live, 500ms to 1h; default DefaultTTL.
 	TTL time.Duration
 	// Owner is shown to others (Get, List, HeldError); 0 to 256 bytes.
+	// Default: the session's owner for a session's lease, else the
+	// client's (WithOwner: the host name unless set).
 	Owner string
 	// LockDelay: if the lease later expires (rather than being released),
 	// nobody may take the lock for this long after the expiry.
@@ -110,6 +112,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		}
 		opts.Owner = cmp.Or(opts.Owner, sess.owner)
 	}
+	opts.Owner = cmp.Or(opts.Owner, c.owner)
 	var lastHeld error // the last round's "held", while waiting
 	for rounds := 0; ; rounds++ {
 		var w time.Duration

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,7 @@ type Client struct {
 	backoffMax     time.Duration
 	tls            *tls.Config
 	token          string
+	owner          string // of leases and sessions whose options name none
 
 	mu        sync.Mutex
 	scheme    string
@@ -82,6 +84,13 @@ func WithBackoff(base, max time.Duration) Option {
 	return func(c *Client) { c.backoffBase, c.backoffMax = base, max }
 }
 
+// WithOwner sets the owner of the leases and sessions whose options give
+// none (AcquireOptions.Owner, SemaphoreOptions.Owner, SessionOptions.Owner;
+// a session's lease takes its session's owner first). Without it the client
+// uses the host name (os.Hostname), as the raftlock command line does, so
+// that others see where a lock is held; WithOwner("") sends no owner.
+func WithOwner(owner string) Option { return func(c *Client) { c.owner = owner } }
+
 // WithLogger sets the logger (default: none). Retries and failovers are
 // logged at debug level, lost leases at warn.
 func WithLogger(l hclog.Logger) Option { return func(c *Client) { c.log = l } }
@@ -100,6 +109,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		notBefore:      map[string]time.Time{},
 		addrs:          map[string]string{},
 		lookedUp:       map[string]bool{},
+		owner:          hostname(),
 	}
 	for _, o := range opts {
 		o(c)
@@ -286,4 +296,13 @@ func (c *Client) needLeaderLookup() bool {
 	}
 	c.lookedUp[c.leader] = true
 	return true
+}
+
+// hostname is the default owner: this host's name, "" when unknown.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return h
 }

@@ -22,6 +22,15 @@
 // semaphore's limit slots, whose token rises per slot: fence it per
 // (semaphore, slot) with client/fence's AdvancePermit.
 //
+// AttachSession keeps alive a session made elsewhere (another process,
+// raftlock session create) and takes leases in it; Session.Detach leaves it
+// to its maker.
+//
+// A lease or session whose options name no owner takes the client's owner:
+// the host name, as the raftlock command line's --owner, unless WithOwner
+// says otherwise (WithOwner("") sends none). Others see it in reads and in
+// held and full answers.
+//
 // The client chooses each lease's id itself, so an acquire resent after a
 // timeout or a leader change is idempotent: it gets the same lease and token
 // rather than locking its own caller out.

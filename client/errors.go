@@ -170,9 +170,12 @@ type HeldError struct {
 	// the holder with the lowest token.
 	Owner string
 	Token uint64
-	// Holders lists every holder of a lock held shared (by token); nil
-	// for a lock held exclusive.
+	// Holders lists the holders of a lock held shared (by token), the
+	// first api.MaxErrorHolders of them; nil for a lock held exclusive.
 	Holders []Holder
+	// Total counts every holder of a lock held shared (at least
+	// len(Holders)); 0 for a lock held exclusive.
+	Total int
 }
 
 // Holder is one holder of a lock held shared, or of a semaphore's permit.
@@ -191,11 +194,12 @@ type Holder struct {
 type FullError struct {
 	APIError
 	Name    string   // the semaphore
-	Holders []Holder // every permit's holder, by slot
+	Holders []Holder // the permits' holders by slot, the first api.MaxErrorHolders of them
+	Total   int      // every permit held (at least len(Holders))
 }
 
 func (e *FullError) Error() string {
-	return fmt.Sprintf("raftlock: semaphore %q is full (%d holders)", e.Name, len(e.Holders))
+	return fmt.Sprintf("raftlock: semaphore %q is full (%d holders)", e.Name, e.Total)
 }
 
 // Is matches ErrFull.

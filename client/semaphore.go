@@ -20,8 +20,9 @@ type SemaphoreOptions struct {
 	// TTL is the permit's time to live, 500ms to 1h; default DefaultTTL.
 	// Zero with Session.
 	TTL time.Duration
-	// Owner is shown to others (Semaphore, FullError); 0 to 256 bytes. With
-	// Session, default the session's owner.
+	// Owner is shown to others (Semaphore, FullError); 0 to 256 bytes.
+	// Default: the session's owner with Session, else the client's
+	// (WithOwner: the host name unless set).
 	Owner string
 	// Wait bounds one server-side wait of AcquireSemaphore, as
 	// AcquireOptions.Wait does.
@@ -85,6 +86,7 @@ func (c *Client) acquireSemaphore(ctx context.Context, name string, limit int, o
 		}
 		opts.Owner = cmp.Or(opts.Owner, sess.owner)
 	}
+	opts.Owner = cmp.Or(opts.Owner, c.owner)
 	var lastFull error // the last round's "full", while waiting
 	for rounds := 0; ; rounds++ {
 		var w time.Duration

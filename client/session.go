@@ -17,7 +17,8 @@ import (
 type SessionOptions struct {
 	// Owner is shown to others with the session's leases; 0 to 256 bytes.
 	// It is also the owner of the session's leases whose AcquireOptions
-	// give none.
+	// give none. Default: the client's (WithOwner: the host name unless
+	// set).
 	Owner string
 	// TTL is the session's time to live, 500ms to 1h; default DefaultTTL.
 	// The session's one watchdog renews it about every TTL/3.
@@ -67,6 +68,7 @@ type Session struct {
 // the error matches ErrUnknownOutcome.
 func NewSession(ctx context.Context, c *Client, opts SessionOptions) (*Session, error) {
 	ttl := cmp.Or(opts.TTL, DefaultTTL)
+	owner := cmp.Or(opts.Owner, c.owner)
 	id := opts.ID
 	switch {
 	case ttl < 0 || opts.LockDelay < 0:
@@ -79,7 +81,7 @@ func NewSession(ctx context.Context, c *Client, opts SessionOptions) (*Session, 
 	var resp api.Session
 	tried, err := c.do(ctx, request{
 		method: http.MethodPost, path: "/v1/sessions",
-		body:   api.SessionCreateRequest{Owner: opts.Owner, TTLMs: ttl.Milliseconds(), LockDelayMs: opts.LockDelay.Milliseconds(), SessionID: id},
+		body:   api.SessionCreateRequest{Owner: owner, TTLMs: ttl.Milliseconds(), LockDelayMs: opts.LockDelay.Milliseconds(), SessionID: id},
 		leader: true, idempotent: true,
 	}, &resp)
 	if err != nil {
@@ -103,9 +105,36 @@ func NewSession(ctx context.Context, c *Client, opts SessionOptions) (*Session, 
 			return nil, fmt.Errorf("raftlock: renew new session: %w", err)
 		}
 	}
+	return c.keepSession(id, owner, ttl, time.Duration(resp.LockDelayMs)*time.Millisecond, sent), nil
+}
+
+// AttachSession takes over keeping alive session id, which was created
+// elsewhere (another process, or raftlock session create) and may be kept
+// alive by others too. It renews the session at once, with its own TTL (an
+// ended session answers an error matching ErrNoSession), then about every
+// TTL/3 as NewSession's do. Leases taken through the returned Session belong
+// to that session; Detach stops renewing it and leaves it and its leases to
+// whoever else keeps it, Close closes it for everyone.
+func (c *Client) AttachSession(ctx context.Context, id string) (*Session, error) {
+	if !api.ValidLeaseID(id) {
+		return nil, errors.New("raftlock: session id must be " + api.LeaseIDRule)
+	}
+	resp, sent, err := c.renewSessionInfo(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("raftlock: attach session: %w", err)
+	}
+	ttl := time.Duration(resp.TTLMs) * time.Millisecond
+	if ttl <= 0 {
+		return nil, errors.New("raftlock: attach session: the renew answered no TTL")
+	}
+	return c.keepSession(id, resp.Owner, ttl, time.Duration(resp.LockDelayMs)*time.Millisecond, sent), nil
+}
+
+// keepSession starts the watchdog of session id, renewed last at sent.
+func (c *Client) keepSession(id, owner string, ttl, lockDelay time.Duration, sent time.Time) *Session {
 	s := &Session{
-		c: c, id: id, owner: opts.Owner, ttl: ttl,
-		lockDelay: time.Duration(resp.LockDelayMs) * time.Millisecond,
+		c: c, id: id, owner: owner, ttl: ttl,
+		lockDelay: lockDelay,
 		lost:      make(chan struct{}),
 		grants:    map[*grant]struct{}{},
 	}
@@ -120,12 +149,19 @@ func NewSession(ctx context.Context, c *Client, opts SessionOptions) (*Session, 
 		return sent, false, err
 	}
 	s.ka.start()
-	return s, nil
+	return s
 }
 
 // renewSession sends one logical renew of session id and returns the send
 // time its new deadline counts from.
 func (c *Client) renewSession(ctx context.Context, id string) (time.Time, error) {
+	_, sent, err := c.renewSessionInfo(ctx, id)
+	return sent, err
+}
+
+// renewSessionInfo renews session id for its own TTL and returns the answer
+// and the send time its new deadline counts from.
+func (c *Client) renewSessionInfo(ctx context.Context, id string) (api.Session, time.Time, error) {
 	var resp api.Session
 	tried, err := c.do(ctx, request{
 		method: http.MethodPost, path: "/v1/sessions/renew",
@@ -133,12 +169,12 @@ func (c *Client) renewSession(ctx context.Context, id string) (time.Time, error)
 		leader: true, idempotent: true,
 	}, &resp)
 	if err != nil {
-		return time.Time{}, err
+		return api.Session{}, time.Time{}, err
 	}
 	if resp.SessionID != id {
-		return time.Time{}, fmt.Errorf("raftlock: session renew answered another session id")
+		return api.Session{}, time.Time{}, fmt.Errorf("raftlock: session renew answered another session id")
 	}
-	return tried.sent, nil
+	return resp, tried.sent, nil
 }
 
 // abandonSession closes, best effort and briefly, a session that a create
@@ -325,6 +361,29 @@ func (s *Session) Close(ctx context.Context) error {
 	return s.closeErr
 }
 
+// Detach stops renewing the session without closing it: the session and its
+// leases live on in the cluster until the session expires, or as long as
+// others renew it (see AttachSession). The leases taken through it are no
+// longer kept here: their Context ends with ErrDetached. The session's
+// Context ends with ErrDetached too; Close after Detach does nothing.
+func (s *Session) Detach() {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	s.ka.stopAndWait()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	gs := s.takeGrantsLocked()
+	s.mu.Unlock()
+	for _, g := range gs {
+		g.Detach()
+	}
+	s.cancel(ErrDetached)
+}
+
 // CloseSession closes session id by hand (see Session.Close) and returns how
 // many leases it released. It returns an error matching ErrNoSession when no
 // such session lives, unless an earlier attempt of this call may have
@@ -370,7 +429,7 @@ func (c *Client) CreateSession(ctx context.Context, opts SessionOptions) (*Sessi
 	var resp api.Session
 	_, err := c.do(ctx, request{
 		method: http.MethodPost, path: "/v1/sessions",
-		body:   api.SessionCreateRequest{Owner: opts.Owner, TTLMs: ttl.Milliseconds(), LockDelayMs: opts.LockDelay.Milliseconds(), SessionID: id},
+		body:   api.SessionCreateRequest{Owner: cmp.Or(opts.Owner, c.owner), TTLMs: ttl.Milliseconds(), LockDelayMs: opts.LockDelay.Milliseconds(), SessionID: id},
 		leader: true, idempotent: true,
 	}, &resp)
 	if err != nil {

@@ -342,9 +342,13 @@ func (c *Client) parseError(resp *response, lock string) error {
 		he := &HeldError{APIError: e, Name: lock}
 		he.Owner, he.Token = eb.Holder.Owner, eb.Holder.FencingToken
 		he.Holders = eb.holders()
+		if he.Holders != nil {
+			he.Total = max(eb.HoldersTotal, len(he.Holders)) // a server before holders_total listed them all
+		}
 		return he
 	case CodeFull:
-		return &FullError{APIError: e, Name: lock, Holders: eb.holders()}
+		hs := eb.holders()
+		return &FullError{APIError: e, Name: lock, Holders: hs, Total: max(eb.HoldersTotal, len(hs))}
 	case CodeLimitMismatch:
 		return &LimitMismatchError{APIError: e, Name: lock, Limit: eb.Limit}
 	}
@@ -361,7 +365,8 @@ type errorBody struct {
 		FencingToken uint64 `json:"fencing_token"`
 		Slot         int    `json:"slot"`
 	} `json:"holders"`
-	Limit int64 `json:"limit"`
+	HoldersTotal int   `json:"holders_total"`
+	Limit        int64 `json:"limit"`
 }
 
 func (eb *errorBody) holders() []Holder {

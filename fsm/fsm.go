@@ -757,6 +757,34 @@ func (m *Machine) HeldCount() int {
 	return m.held
 }
 
+// Counts is what a state holds, by kind.
+type Counts struct {
+	Locks      int // locks held (a lock held shared by three readers is one)
+	LockHolds  int // leases holding a lock: every shared holder counts
+	Semaphores int // semaphores with a permit held
+	Permits    int // semaphore permits held
+	Sessions   int // live sessions
+}
+
+// Counts counts the held locks, semaphore permits and sessions apart
+// (HeldCount adds lock holds and permits together). Locks in their
+// lock-delay, held by nobody, are not counted.
+func (m *Machine) Counts() Counts {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n := Counts{Semaphores: len(m.sems), Sessions: len(m.sessions)}
+	for _, e := range m.locks {
+		if len(e.holders) > 0 {
+			n.Locks++
+			n.LockHolds += len(e.holders)
+		}
+	}
+	for _, s := range m.sems {
+		n.Permits += len(s.holders)
+	}
+	return n
+}
+
 // Nodes returns a copy of the node id -> HTTP address table.
 func (m *Machine) Nodes() map[string]string {
 	m.mu.RLock()

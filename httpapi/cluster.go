@@ -210,7 +210,15 @@ func (s *Server) leave(ctx context.Context, req *leaveRequest) (int, any, error)
 }
 
 func (s *Server) transfer(ctx context.Context, req *transferRequest) (int, any, error) {
-	if err := s.store.TransferLeadership(ctx, req.ID); err != nil {
+	err := s.store.TransferLeadership(ctx, req.ID)
+	switch {
+	case errors.Is(err, store.ErrLeadsAlready):
+		// What was asked holds already: answered as done, and not waited for
+		// another leader (successor), which would never come.
+		return http.StatusOK, api.Transferred{Leader: req.ID, Message: req.ID + " leads already; nothing changed"}, nil
+	case errors.Is(err, store.ErrNoSuccessor):
+		return 0, nil, &apiError{http.StatusConflict, api.CodeNoSuccessor, err.Error() + "; nothing changed (join another voter first)"}
+	case err != nil:
 		return 0, nil, err
 	}
 	return http.StatusOK, api.Transferred{Leader: s.successor(ctx)}, nil

@@ -84,3 +84,22 @@ func TestCheckStateEndpoint(t *testing.T) {
 	rec = do(t, newServer(f), http.MethodPost, "/v1/cluster/check-state", `{}`)
 	wantError(t, rec, http.StatusServiceUnavailable, api.CodeDiverged, "")
 }
+
+// A transfer that cannot change anything says why: 409 no_successor with no
+// other voter, and a transfer to the node that leads answers at once with
+// that node, never waiting for a successor that will not come.
+func TestTransferLeadershipThatChangesNothing(t *testing.T) {
+	f := newLeader("n1")
+	f.transfer = func(context.Context, string) error {
+		return fmt.Errorf("%w: n1 is the only voter", raftnode.ErrNoSuccessor)
+	}
+	rec := do(t, newServer(f), http.MethodPost, "/v1/cluster/transfer-leadership", `{}`)
+	wantError(t, rec, http.StatusConflict, api.CodeNoSuccessor, "n1 is the only voter")
+
+	f.transfer = func(_ context.Context, id string) error {
+		return fmt.Errorf("%w: %s", raftnode.ErrLeadsAlready, id)
+	}
+	s := New(f, Options{LeaderWait: time.Hour, Metrics: http.NotFoundHandler()})
+	rec = do(t, s, http.MethodPost, "/v1/cluster/transfer-leadership", `{"id":"n1"}`)
+	wantJSON(t, rec, http.StatusOK, `{"leader":"n1","message":"n1 leads already; nothing changed"}`)
+}

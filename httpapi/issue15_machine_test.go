@@ -115,7 +115,7 @@ func TestMachineSharedLock(t *testing.T) {
 	r2 := mustAcquire(t, s, `{"name":"cfg","owner":"r2","ttl_ms":10000,"mode":"shared"}`)
 	rec := do(t, s, http.MethodPost, "/v1/locks/acquire", `{"name":"cfg","owner":"w","ttl_ms":10000}`)
 	wantJSON(t, rec, http.StatusConflict, fmt.Sprintf(`{"error":"held","message":"lock \"cfg\" is held shared by 2 leases (lowest fencing token %d, of \"r1\")",
-		"holder":{"owner":"r1","fencing_token":%d},"holders":[{"owner":"r1","fencing_token":%d},{"owner":"r2","fencing_token":%d}]}`,
+		"holder":{"owner":"r1","fencing_token":%d},"holders":[{"owner":"r1","fencing_token":%d},{"owner":"r2","fencing_token":%d}],"holders_total":2}`,
 		r1.FencingToken, r1.FencingToken, r1.FencingToken, r2.FencingToken))
 	// No upgrade: the reader asking exclusive is held.
 	wantError(t, do(t, s, http.MethodPost, "/v1/locks/acquire", fmt.Sprintf(`{"name":"cfg","owner":"r1","ttl_ms":10000,"lease_id":%q}`, r1.LeaseID)), http.StatusConflict, api.CodeHeld, "held shared")
@@ -142,7 +142,7 @@ func TestMachineSemaphore(t *testing.T) {
 	}
 	rec := do(t, s, http.MethodPost, "/v1/semaphores/acquire", `{"name":"pool","limit":3,"owner":"w3","ttl_ms":10000}`)
 	wantJSON(t, rec, http.StatusConflict, fmt.Sprintf(`{"error":"full","message":"semaphore \"pool\" is full: all 3 permits are held","holders":[
-		{"owner":"w0","slot":0,"fencing_token":%d},{"owner":"w1","slot":1,"fencing_token":%d},{"owner":"w2","slot":2,"fencing_token":%d}]}`,
+		{"owner":"w0","slot":0,"fencing_token":%d},{"owner":"w1","slot":1,"fencing_token":%d},{"owner":"w2","slot":2,"fencing_token":%d}],"holders_total":3}`,
 		ps[0].FencingToken, ps[1].FencingToken, ps[2].FencingToken))
 	rec = do(t, s, http.MethodPost, "/v1/semaphores/acquire", `{"name":"pool","limit":4,"ttl_ms":10000}`)
 	wantJSON(t, rec, http.StatusConflict, `{"error":"limit_mismatch","message":"limit: semaphore \"pool\" is held with limit 3, not 4","limit":3}`)

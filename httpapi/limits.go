@@ -105,7 +105,7 @@ func (s *Server) HTTPServer(tlsConfig *tls.Config) *http.Server {
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		// TLS handshake failures and the like: a flood must not flood the log.
 		ErrorLog:    log.New(s.rateLog, "", 0),
-		ConnContext: markReserve,
+		ConnContext: connContext,
 	}
 }
 
@@ -137,7 +137,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.log.Warn("connection limit reached: closing new connection", "limit", l.max+l.reserve, "remote", c.RemoteAddr().String())
 			continue
 		}
-		return &limitedConn{Conn: c, reserve: n > l.max, done: func() { l.open.Add(-1) }}, nil
+		return &limitedConn{Conn: c, reserve: n > l.max, done: func() { l.open.Add(-1) }, framer: &headFramer{}}, nil
 	}
 }
 
@@ -146,6 +146,7 @@ type limitedConn struct {
 	reserve bool
 	once    sync.Once
 	done    func()
+	framer  *headFramer // follows request heads on a plain connection (framing.go)
 }
 
 func (c *limitedConn) Close() error {
@@ -156,6 +157,7 @@ func (c *limitedConn) Close() error {
 type (
 	reserveKey    struct{}
 	controllerKey struct{}
+	framerKey     struct{}
 )
 
 // setReadDeadline sets the read deadline of r's connection, through the
@@ -166,14 +168,26 @@ func setReadDeadline(r *http.Request, t time.Time) {
 	}
 }
 
-// markReserve tags the context of a connection accepted into the probe
-// reserve (http.Server.ConnContext).
-func markReserve(ctx context.Context, c net.Conn) context.Context {
-	if tc, ok := c.(*tls.Conn); ok {
+// connContext (http.Server.ConnContext) tags the context of a connection
+// accepted into the probe reserve, and gives the handlers a plain
+// connection's head framer (framing.go); under TLS the framer would see
+// only ciphertext, so it is stopped before the first read.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	tc, isTLS := c.(*tls.Conn)
+	if isTLS {
 		c = tc.NetConn()
 	}
-	if lc, ok := c.(*limitedConn); ok && lc.reserve {
-		return context.WithValue(ctx, reserveKey{}, true)
+	lc, ok := c.(*limitedConn)
+	if !ok {
+		return ctx
+	}
+	if isTLS {
+		lc.framer.stop()
+	} else {
+		ctx = context.WithValue(ctx, framerKey{}, lc.framer)
+	}
+	if lc.reserve {
+		ctx = context.WithValue(ctx, reserveKey{}, true)
 	}
 	return ctx
 }

@@ -114,9 +114,12 @@ func heldError(r fsm.Result, name string) api.HeldError {
 		e.Message = fmt.Sprintf("lock %q is held by %q (fencing token %d)", name, holder.Owner, holder.Token)
 	}
 	if shared {
-		e.Holders = make([]api.Holder, len(r.Holders))
-		for i, h := range r.Holders {
-			e.Holders[i] = api.Holder{Owner: h.Owner, FencingToken: h.Token}
+		// Bounded: a lock held by thousands of readers would otherwise make
+		// every refused acquire answer with all of them.
+		e.HoldersTotal = len(r.Holders)
+		e.Holders = make([]api.Holder, min(len(r.Holders), api.MaxErrorHolders))
+		for i := range e.Holders {
+			e.Holders[i] = api.Holder{Owner: r.Holders[i].Owner, FencingToken: r.Holders[i].Token}
 		}
 	}
 	return e

@@ -246,7 +246,7 @@ func decode(body []byte, dst validator) error {
 		case errors.As(err, &typeErr) && typeErr.Field == "":
 			return badRequest("body: must be a JSON object, not %s", typeErr.Value)
 		case errors.As(err, &typeErr):
-			return badRequest("%s: must be a %s", typeErr.Field, typeErr.Type)
+			return badRequest("%s: must be %s, not %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value)
 		case errors.As(err, &syntaxErr):
 			return badRequest("body: malformed JSON at byte %d", syntaxErr.Offset)
 		}
@@ -260,6 +260,29 @@ func decode(body []byte, dst validator) error {
 		return err
 	}
 	return dst.validate()
+}
+
+// jsonKind names what a Go type holds in JSON terms, for an error a client
+// reads: "an integer", never "a int64".
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "a " + t.String()
 }
 
 // checkFields walks the top-level object that decode has already parsed and

@@ -48,7 +48,7 @@ func TestBadRequests(t *testing.T) {
 		{"ttl_ms too low", `{"name":"a","ttl_ms":499}`, "ttl_ms:"},
 		{"ttl_ms too high", `{"name":"a","ttl_ms":3600001}`, "ttl_ms:"},
 		{"ttl_ms overflows int64", `{"name":"a","ttl_ms":1e30}`, "ttl_ms:"},
-		{"ttl_ms string", `{"name":"a","ttl_ms":"1000"}`, "ttl_ms:"},
+		{"ttl_ms string", `{"name":"a","ttl_ms":"1000"}`, "ttl_ms: must be an integer, not string"},
 		{"ttl_ms fraction", `{"name":"a","ttl_ms":1000.5}`, "ttl_ms:"},
 		{"ttl_ms bool", `{"name":"a","ttl_ms":true}`, "ttl_ms:"},
 		{"lease_id too short", `{"name":"a","ttl_ms":1000,"lease_id":"` + long(15) + `"}`, "lease_id:"},

@@ -86,12 +86,15 @@ func semOutcome(r fsm.Result, cmd fsm.Command) (int, any, error) {
 		return http.StatusOK, api.Permit{Name: l.Name, Owner: l.Owner, LeaseID: l.LeaseID, Slot: l.Slot, FencingToken: l.Token,
 			Limit: l.Limit, TTLMs: l.TTL, SessionID: l.SessionID}, nil
 	case fsm.StatusFull:
-		holders := make([]api.PermitHolder, len(r.Holders))
-		for i, h := range r.Holders {
+		// The first holders only: 1,024 of them would make every refused
+		// acquire tens of kilobytes.
+		holders := make([]api.PermitHolder, min(len(r.Holders), api.MaxErrorHolders))
+		for i := range holders {
+			h := r.Holders[i]
 			holders[i] = api.PermitHolder{Owner: h.Owner, Slot: h.Slot, FencingToken: h.Token}
 		}
-		return http.StatusConflict, api.FullError{Error: api.CodeFull, Holders: holders,
-			Message: fmt.Sprintf("semaphore %q is full: all %d permits are held", name, len(holders))}, nil
+		return http.StatusConflict, api.FullError{Error: api.CodeFull, Holders: holders, HoldersTotal: len(r.Holders),
+			Message: fmt.Sprintf("semaphore %q is full: all %d permits are held", name, len(r.Holders))}, nil
 	case fsm.StatusLimitMismatch:
 		return http.StatusConflict, api.LimitMismatchError{Error: api.CodeLimitMismatch, Limit: r.Limit,
 			Message: fmt.Sprintf("limit: semaphore %q is held with limit %d, not %d", name, r.Limit, cmd.Limit)}, nil

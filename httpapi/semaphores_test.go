@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -40,7 +42,7 @@ func TestSemaphoreFullAndLimitMismatch(t *testing.T) {
 	}})
 	rec := do(t, newServer(f), http.MethodPost, "/v1/semaphores/acquire", `{"name":"pool/a","limit":2,"ttl_ms":1000}`)
 	wantJSON(t, rec, http.StatusConflict, `{"error":"full","message":"semaphore \"pool/a\" is full: all 2 permits are held",
-		"holders":[{"owner":"w0","slot":0,"fencing_token":10},{"owner":"w1","slot":1,"fencing_token":11}]}`)
+		"holders":[{"owner":"w0","slot":0,"fencing_token":10},{"owner":"w1","slot":1,"fencing_token":11}],"holders_total":2}`)
 	if strings.Contains(rec.Body.String(), leaseA) {
 		t.Errorf("a full answer shows a lease id: %s", rec.Body)
 	}
@@ -48,6 +50,45 @@ func TestSemaphoreFullAndLimitMismatch(t *testing.T) {
 	f = answering(fsm.Result{Status: fsm.StatusLimitMismatch, Limit: 5})
 	rec = do(t, newServer(f), http.MethodPost, "/v1/semaphores/acquire", `{"name":"pool/a","limit":2,"ttl_ms":1000}`)
 	wantJSON(t, rec, http.StatusConflict, `{"error":"limit_mismatch","message":"limit: semaphore \"pool/a\" is held with limit 5, not 2","limit":5}`)
+}
+
+// A full semaphore of the largest limit, every owner as long as allowed,
+// answers with its first MaxErrorHolders holders and their count: a few
+// kilobytes, where listing all 1,024 made every refused acquire ~300 KB.
+// Through a real state machine, so the holders come as the fsm lists them.
+func TestSemaphoreFullBounded(t *testing.T) {
+	f := newLeader("n1")
+	h := newServer(f)
+	owner := strings.Repeat("o", api.MaxOwner)
+	for i := range api.MaxSemaphoreLimit {
+		rec := do(t, h, http.MethodPost, "/v1/semaphores/acquire", fmt.Sprintf(`{"name":"pool","limit":%d,"owner":"%s","ttl_ms":60000}`, api.MaxSemaphoreLimit, owner))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("permit %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	rec := do(t, h, http.MethodPost, "/v1/semaphores/acquire", fmt.Sprintf(`{"name":"pool","limit":%d,"ttl_ms":60000}`, api.MaxSemaphoreLimit))
+	if rec.Code != http.StatusConflict {
+		t.Fatalf("status %d, want 409: %s", rec.Code, rec.Body)
+	}
+	var e api.FullError
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+		t.Fatal(err)
+	}
+	if e.Error != api.CodeFull || len(e.Holders) != api.MaxErrorHolders || e.HoldersTotal != api.MaxSemaphoreLimit {
+		t.Errorf("%s with %d holders, total %d; want full, %d, %d", e.Error, len(e.Holders), e.HoldersTotal, api.MaxErrorHolders, api.MaxSemaphoreLimit)
+	}
+	for i, hd := range e.Holders {
+		if hd.Slot != i {
+			t.Errorf("holder %d has slot %d: the first holders by slot are listed", i, hd.Slot)
+		}
+	}
+	if !strings.Contains(e.Message, "all 1024 permits") {
+		t.Errorf("message %q does not count every permit", e.Message)
+	}
+	if rec.Body.Len() > 16<<10 {
+		t.Errorf("a full answer of %d bytes", rec.Body.Len())
+	}
+	t.Logf("full answer: %d bytes", rec.Body.Len())
 }
 
 // A wait goes to the store, which parks the acquire while the semaphore
@@ -113,7 +154,7 @@ func TestSemaphoreBadRequests(t *testing.T) {
 		{"/v1/semaphores/acquire", `{"name":"a","ttl_ms":1000}`, "limit: must be between 1 and 1024"},
 		{"/v1/semaphores/acquire", `{"name":"a","limit":0,"ttl_ms":1000}`, "limit: must be between 1 and 1024"},
 		{"/v1/semaphores/acquire", `{"name":"a","limit":1025,"ttl_ms":1000}`, "limit: must be between 1 and 1024"},
-		{"/v1/semaphores/acquire", `{"name":"a","limit":1.5,"ttl_ms":1000}`, "limit: must be a int64"},
+		{"/v1/semaphores/acquire", `{"name":"a","limit":1.5,"ttl_ms":1000}`, "limit: must be an integer, not number 1.5"},
 		{"/v1/semaphores/acquire", `{"name":"","limit":1,"ttl_ms":1000}`, "name: must be 1 to 512 bytes"},
 		{"/v1/semaphores/acquire", `{"name":"a","limit":1}`, "ttl_ms: required (or session_id instead)"},
 		{"/v1/semaphores/acquire", `{"name":"a","limit":1,"ttl_ms":1000,"session_id":"` + sessA + `"}`, "ttl_ms: not with session_id"},

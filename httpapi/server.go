@@ -132,6 +132,12 @@ func New(store Store, opts Options) *Server {
 	r.Handle("/metrics", opts.Metrics).Methods(http.MethodGet)
 	r.PathPrefix(ui.Prefix).Handler(ui.Handler()).Methods(http.MethodGet) // status page: static files, data by the API
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/" || r.URL.Path+"/" == ui.Prefix) {
+			// Where a browser pointed at a node lands: the status page.
+			w.Header().Set("Location", ui.Prefix)
+			w.WriteHeader(http.StatusFound)
+			return
+		}
 		refuseBody(w, r)
 		writeError(w, &apiError{http.StatusNotFound, api.CodeNotFound, "no such endpoint: " + r.URL.Path})
 	})
@@ -141,7 +147,7 @@ func New(store Store, opts Options) *Server {
 	})
 	// Around the router, not r.Use: mux runs middleware only on a matched
 	// route, and 404, 405 and redirects must carry the headers too.
-	s.handler = s.guard(s.identify(r))
+	s.handler = s.guard(s.identify(s.frame(r)))
 	return s
 }
 

@@ -30,7 +30,7 @@ func TestReadyz(t *testing.T) {
 }
 
 func TestNotFound(t *testing.T) {
-	for _, target := range []string{"/", "/v1", "/v2/locks/a", "/v1/lock/a", "/v1/locks/", "/v1/cluster/nodes", "/metricsx"} {
+	for _, target := range []string{"/v1", "/v2/locks/a", "/v1/lock/a", "/v1/locks/", "/v1/cluster/nodes", "/metricsx"} {
 		t.Run(target, func(t *testing.T) {
 			rec := do(t, newServer(newLeader("n1")), http.MethodGet, target, "")
 			wantError(t, rec, http.StatusNotFound, api.CodeNotFound, target)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -80,7 +81,7 @@ func TestAcquireHeldShared(t *testing.T) {
 	f := answering(fsm.Result{Status: fsm.StatusHeld, Holder: readers[0], Holders: readers})
 	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/acquire", `{"name":"a","owner":"w","ttl_ms":1000}`)
 	wantJSON(t, rec, http.StatusConflict, `{"error":"held","message":"lock \"a\" is held shared by 2 leases (lowest fencing token 4, of \"r1\")",
-		"holder":{"owner":"r1","fencing_token":4},"holders":[{"owner":"r1","fencing_token":4},{"owner":"r2","fencing_token":6}]}`)
+		"holder":{"owner":"r1","fencing_token":4},"holders":[{"owner":"r1","fencing_token":4},{"owner":"r2","fencing_token":6}],"holders_total":2}`)
 	if strings.Contains(rec.Body.String(), leaseB) {
 		t.Errorf("a held answer shows a lease id: %s", rec.Body)
 	}
@@ -89,7 +90,7 @@ func TestAcquireHeldShared(t *testing.T) {
 	f = answering(fsm.Result{Status: fsm.StatusHeld, Holders: readers[1:]})
 	rec = do(t, newServer(f), http.MethodPost, "/v1/locks/acquire", `{"name":"a","ttl_ms":1000}`)
 	wantJSON(t, rec, http.StatusConflict, `{"error":"held","message":"lock \"a\" is held shared by 1 leases (lowest fencing token 6, of \"r2\")",
-		"holder":{"owner":"r2","fencing_token":6},"holders":[{"owner":"r2","fencing_token":6}]}`)
+		"holder":{"owner":"r2","fencing_token":6},"holders":[{"owner":"r2","fencing_token":6}],"holders_total":1}`)
 
 	// An exclusive holder (in a session too): no holders list.
 	w := fsm.Lock{Name: "a", Owner: "w", Token: 9, SessionID: sessA}
@@ -98,6 +99,29 @@ func TestAcquireHeldShared(t *testing.T) {
 	wantJSON(t, rec, http.StatusConflict, `{"error":"held","message":"lock \"a\" is held by \"w\" (fencing token 9)","holder":{"owner":"w","fencing_token":9}}`)
 	if strings.Contains(rec.Body.String(), sessA) {
 		t.Errorf("a held answer shows a session id: %s", rec.Body)
+	}
+}
+
+// A lock held shared by more readers than MaxErrorHolders answers held with
+// the first of them and their count, not every one.
+func TestAcquireHeldSharedBounded(t *testing.T) {
+	var readers []fsm.Lock
+	for i := range 1000 {
+		readers = append(readers, fsm.Lock{Name: "a", Owner: strings.Repeat("r", api.MaxOwner), Token: uint64(10 + i), Mode: fsm.ModeShared})
+	}
+	rec := do(t, newServer(answering(fsm.Result{Status: fsm.StatusHeld, Holders: readers})), http.MethodPost, "/v1/locks/acquire", `{"name":"a","ttl_ms":1000}`)
+	if rec.Code != http.StatusConflict {
+		t.Fatalf("status %d, want 409: %s", rec.Code, rec.Body)
+	}
+	var e api.HeldError
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Holders) != api.MaxErrorHolders || e.HoldersTotal != 1000 || e.Holders[0].FencingToken != 10 || e.Holder.FencingToken != 10 {
+		t.Errorf("%d holders (first token %d), total %d; want %d, 10, 1000", len(e.Holders), e.Holders[0].FencingToken, e.HoldersTotal, api.MaxErrorHolders)
+	}
+	if rec.Body.Len() > 16<<10 {
+		t.Errorf("a held answer of %d bytes", rec.Body.Len())
 	}
 }
 

@@ -44,3 +44,22 @@ func TestStatusPageRoute(t *testing.T) {
 		t.Errorf("POST /ui/: 200, want it refused")
 	}
 }
+
+// A browser pointed at a node (/, or /ui without its slash) lands on the
+// status page; other unknown paths stay 404 with the JSON error body.
+func TestStatusPageRedirects(t *testing.T) {
+	h := New(newLeader("n1"), Options{Tokens: testTokens(t), Metrics: http.NotFoundHandler()})
+	for _, path := range []string{"/", "/ui"} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			rec := do(t, h, method, path, "")
+			if rec.Code != http.StatusFound || rec.Header().Get("Location") != "/ui/" {
+				t.Errorf("%s %s: %d Location %q, want 302 to /ui/", method, path, rec.Code, rec.Header().Get("Location"))
+			}
+		}
+	}
+	wantError(t, do(t, h, http.MethodGet, "/nope", ""), http.StatusNotFound, "not_found", "/nope")
+	rec := do(t, h, http.MethodPost, "/", "{}")
+	if rec.Code == http.StatusFound {
+		t.Errorf("POST / redirected")
+	}
+}

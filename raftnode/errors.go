@@ -29,6 +29,10 @@ var (
 	// ErrNotSupportedYet: the command needs a command format the gate does
 	// not allow yet (cmdversion.go).
 	ErrNotSupportedYet = store.ErrNotSupportedYet
+	// ErrNoSuccessor, ErrLeadsAlready: a leadership transfer that changed
+	// nothing (membership.go).
+	ErrNoSuccessor  = store.ErrNoSuccessor
+	ErrLeadsAlready = store.ErrLeadsAlready
 )
 
 // readOps are the operations passed to raftError that write nothing: when

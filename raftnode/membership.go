@@ -171,31 +171,43 @@ func (n *Node) Leave(ctx context.Context, id string) error {
 }
 
 // TransferLeadership hands leadership to id, or to the most up-to-date voter
-// when id is empty, and returns once the transfer finished.
+// when id is empty, and returns once the transfer finished. With no other
+// voter it returns ErrNoSuccessor, and ErrLeadsAlready when id is this node:
+// both change nothing.
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	if !n.IsLeader() {
 		return ErrNotLeader
+	}
+	st, err := n.Status()
+	if err != nil {
+		return err
+	}
+	addr, others := "", 0
+	for _, node := range st.Nodes {
+		if !node.Voter {
+			continue
+		}
+		if node.ID == id {
+			addr = node.RaftAddr
+		}
+		if node.ID != n.cfg.ID {
+			others++
+		}
+	}
+	switch {
+	case id != "" && addr == "":
+		return fmt.Errorf("%w: %s", ErrUnknownNode, id)
+	case id == n.cfg.ID:
+		return fmt.Errorf("%w: %s", ErrLeadsAlready, id)
+	case others == 0:
+		// hashicorp/raft would answer "cannot find peer", which says nothing
+		// of why.
+		return fmt.Errorf("%w: %s is the only voter", ErrNoSuccessor, n.cfg.ID)
 	}
 	var fut raft.Future
 	if id == "" {
 		fut = n.raft.LeadershipTransfer()
 	} else {
-		st, err := n.Status()
-		if err != nil {
-			return err
-		}
-		addr := ""
-		for _, node := range st.Nodes {
-			if node.ID == id && node.Voter {
-				addr = node.RaftAddr
-			}
-		}
-		if addr == "" {
-			return fmt.Errorf("%w: %s", ErrUnknownNode, id)
-		}
-		if id == n.cfg.ID {
-			return nil // already leads
-		}
 		fut = n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
 	}
 	if err := fut.Error(); err != nil {

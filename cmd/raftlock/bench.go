@@ -84,8 +84,8 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 		return c.usageError(errors.New("--workers must be at least 1"))
 	case cfg.duration <= 0:
 		return c.usageError(errors.New("--duration must be positive"))
-	case cfg.ttl < 500*time.Millisecond || cfg.ttl > time.Hour:
-		return c.usageError(errors.New("--ttl must be 500ms to 1h"))
+	case checkTTL("ttl", cfg.ttl, false) != nil:
+		return c.usageError(checkTTL("ttl", cfg.ttl, false))
 	case cfg.locks < 0:
 		return c.usageError(errors.New("--locks must not be negative"))
 	case cfg.via != "http" && cfg.via != "client":

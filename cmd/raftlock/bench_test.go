@@ -81,7 +81,7 @@ func TestCLIBenchUsage(t *testing.T) {
 		err  string
 	}{
 		{[]string{"--workers", "0"}, exitUsage, "--workers must be at least 1"},
-		{[]string{"--ttl", "100ms"}, exitUsage, "--ttl must be 500ms to 1h"},
+		{[]string{"--ttl", "100ms"}, exitUsage, "--ttl must be between 500ms and 1h, not 100ms"},
 		{[]string{"--via", "grpc"}, exitUsage, "--via must be http or client"},
 		{[]string{"--locks", "-1"}, exitUsage, "--locks must not be negative"},
 		{[]string{"--endpoints", "http://127.0.0.1:1", "--timeout", "300ms"}, exitUnavailable, "no leader found"},

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"strings"
@@ -148,6 +149,8 @@ type cli struct {
 	// flagsFirst: flags end at the first positional argument (exec without
 	// "--", where the command's own flags follow NAME).
 	flagsFirst bool
+	// badFlag is the last flag value refused, in flag terms (durationFlag).
+	badFlag error
 }
 
 func newCLI(name, help string, stdout, stderr io.Writer) *cli {
@@ -163,6 +166,7 @@ func newCLI(name, help string, stdout, stderr io.Writer) *cli {
 // positional arguments (max < 0: no limit). When it returns ok false, the
 // command exits with code.
 func (c *cli) parse(args []string, environ env, min, max int) (pos []string, code int, ok bool) {
+	wrapDurations(c.fs, &c.badFlag)
 	var err error
 	if c.flagsFirst {
 		if err = c.fs.Parse(args); err == nil {
@@ -174,6 +178,9 @@ func (c *cli) parse(args []string, environ env, min, max int) (pos []string, cod
 	if errors.Is(err, flag.ErrHelp) {
 		c.printHelp()
 		return nil, exitOK, false
+	}
+	if err != nil && c.badFlag != nil {
+		err = c.badFlag
 	}
 	if err == nil {
 		c.given = map[string]bool{}
@@ -187,6 +194,16 @@ func (c *cli) parse(args []string, environ env, min, max int) (pos []string, cod
 			err = fmt.Errorf("missing arguments: usage: %s", u)
 		case max >= 0 && len(pos) > max:
 			err = fmt.Errorf("unexpected argument %q", pos[max])
+		default:
+			// A required argument given as "" (an unset shell variable, say)
+			// is as missing as one not given.
+			for i := range min {
+				if pos[i] == "" {
+					u, _, _ := strings.Cut(strings.TrimPrefix(c.help, "Usage: "), "\n")
+					err = fmt.Errorf("argument %d is empty: usage: %s", i+1, u)
+					break
+				}
+			}
 		}
 	}
 	if err != nil {
@@ -267,12 +284,13 @@ func (c *cli) fail(err error) int {
 		switch {
 		case kind == client.CodeHeld && errors.As(err, &held):
 			out["holder"] = map[string]any{"owner": held.Owner, "fencing_token": held.Token}
-			if len(held.Holders) > 0 { // held shared: every holder, as the API's 409 lists them
+			if len(held.Holders) > 0 { // held shared: the holders, as the API's 409 lists them
 				hs := []map[string]any{}
 				for _, h := range held.Holders {
 					hs = append(hs, map[string]any{"owner": h.Owner, "fencing_token": h.Token})
 				}
 				out["holders"] = hs
+				out["holders_total"] = max(held.Total, len(held.Holders))
 			}
 		case kind == client.CodeFull && errors.As(err, &full):
 			hs := []api.PermitHolder{}
@@ -280,6 +298,7 @@ func (c *cli) fail(err error) int {
 				hs = append(hs, api.PermitHolder{Owner: h.Owner, Slot: h.Slot, FencingToken: h.Token})
 			}
 			out["holders"] = hs
+			out["holders_total"] = max(full.Total, len(full.Holders))
 		case kind == client.CodeLimitMismatch && errors.As(err, &mismatch):
 			out["limit"] = mismatch.Limit
 		}
@@ -306,11 +325,12 @@ func classify(err error) (code int, kind, msg string) {
 	var mismatch *client.LimitMismatchError
 	var apiErr *client.APIError
 	var netErr net.Error
+	var pathErr *fs.PathError
 	var certErr *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &held):
 		msg = fmt.Sprintf("%s is held by %q (fencing token %d)", held.Name, held.Owner, held.Token)
-		switch n := len(held.Holders) - 1; {
+		switch n := max(held.Total, len(held.Holders)) - 1; {
 		case n == 1:
 			msg += " and 1 other shared holder"
 		case n > 1:
@@ -320,7 +340,7 @@ func classify(err error) (code int, kind, msg string) {
 	case errors.Is(err, client.ErrHeld):
 		return exitHeld, client.CodeHeld, detail
 	case errors.As(err, &full):
-		return exitHeld, client.CodeFull, fmt.Sprintf("semaphore %s is full: all %d permits are held", full.Name, len(full.Holders))
+		return exitHeld, client.CodeFull, fmt.Sprintf("semaphore %s is full: all %d permits are held", full.Name, max(full.Total, len(full.Holders)))
 	case errors.Is(err, client.ErrFull):
 		return exitHeld, client.CodeFull, detail
 	case errors.As(err, &mismatch):
@@ -356,6 +376,10 @@ func classify(err error) (code int, kind, msg string) {
 		return exitUnavailable, "unavailable", "cluster overloaded: " + detail
 	case errors.As(err, &apiErr) && (apiErr.Code == client.CodeBadRequest || apiErr.Code == client.CodeTooLarge):
 		return exitUsage, client.CodeBadRequest, apiErr.Message
+	case errors.As(err, &pathErr):
+		// This machine's file system: a syscall.Errno inside would match
+		// net.Error below and read as the cluster being unavailable.
+		return exitError, "error", detail
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr), errors.Is(err, os.ErrDeadlineExceeded):
 		if last, ok := strings.CutPrefix(detail, "context deadline exceeded (last error: "); ok {
 			detail = "no answer in time; last error: " + strings.TrimSuffix(last, ")")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -249,8 +250,23 @@ func TestCLIUsage(t *testing.T) {
 		{nil, []string{"acquire"}, exitUsage, `^raftlock acquire: missing arguments: usage: raftlock acquire \[flags\] NAME \(see raftlock acquire --help\)\n$`},
 		{nil, []string{"acquire", "a", "b"}, exitUsage, `unexpected argument "b"`},
 		{nil, []string{"acquire", "--bogus", "x"}, exitUsage, "flag provided but not defined: -bogus"},
-		{nil, []string{"acquire", "--ttl", "-1s", "x"}, exitUsage, "--ttl must be positive"},
-		{nil, []string{"acquire", "--ttl", "soon", "x"}, exitUsage, `invalid value "soon" for flag -ttl`},
+		{nil, []string{"acquire", ""}, exitUsage, `^raftlock acquire: argument 1 is empty: usage: raftlock acquire \[flags\] NAME \(see raftlock acquire --help\)\n$`},
+		{nil, []string{"exec", "", "--", "true"}, exitUsage, `^raftlock exec: argument 1 is empty: usage: raftlock exec`},
+		{nil, []string{"cluster", "leave", ""}, exitUsage, `argument 1 is empty`},
+		{nil, []string{"acquire", "--ttl", "-1s", "x"}, exitUsage, `--ttl must be between 500ms and 1h, not -1s \(see`},
+		{nil, []string{"acquire", "--ttl", "100h", "x"}, exitUsage, `^raftlock acquire: --ttl must be between 500ms and 1h, not 100h \(see`},
+		{nil, []string{"acquire", "--ttl", "10", "x"}, exitUsage, `^raftlock acquire: --ttl 10: missing unit, e\.g\. 10s`},
+		{nil, []string{"acquire", "--ttl", "1d", "x"}, exitUsage, `--ttl 1d: unknown unit; use ms, s, m or h`},
+		{nil, []string{"acquire", "--ttl", "soon", "x"}, exitUsage, `--ttl soon: not a duration; e\.g\. 500ms`},
+		{env{"RAFTLOCK_TTL=10"}, []string{"acquire", "x"}, exitUsage, `RAFTLOCK_TTL="10": missing unit, e\.g\. 10s`},
+		{nil, []string{"acquire", "--lock-delay", "2m", "x"}, exitUsage, `--lock-delay must be between 0 and 1m, not 2m`},
+		{nil, []string{"renew", "--lease-id", "lease-A_0123456789", "--ttl", "100ms", "x"}, exitUsage, `--ttl must be between 500ms and 1h \(or 0 to keep the current TTL\), not 100ms`},
+		{nil, []string{"session", "create", "--ttl", "2h"}, exitUsage, `--ttl must be between 500ms and 1h, not 2h`},
+		{nil, []string{"semaphore", "acquire", "--limit", "2", "--ttl", "90m", "x"}, exitUsage, `--ttl must be between 500ms and 1h, not 1h30m`},
+		{nil, []string{"watch", "--wait", "5", "x"}, exitUsage, `--wait 5: missing unit`},
+		{nil, []string{"acquire", "--session-id", "short", "x"}, exitUsage, "--session-id: must be 16 to 128"},
+		{nil, []string{"acquire", "--session-id", "sess-A_0123456789", "--ttl", "10s", "x"}, exitUsage, "give no --ttl or --lock-delay"},
+		{nil, []string{"exec", "--session-id", "sess-A_0123456789", "--semaphore", "2", "x", "--", "true"}, exitUsage, "--session-id is for a lock"},
 		{nil, []string{"acquire", "--lease-id", "short", "x"}, exitUsage, "--lease-id: must be 16 to 128"},
 		{nil, []string{"acquire", "--endpoints", "ftp://h:1", "x"}, exitUsage, "bad endpoint"},
 		{nil, []string{"acquire", "--timeout", "0s", "x"}, exitUsage, "--timeout must be positive"},
@@ -275,6 +291,11 @@ func TestCLIUsage(t *testing.T) {
 		{nil, []string{"exec", "x", "--", "/nonexistent/command"}, 127, "/nonexistent/command"},
 		{nil, []string{"health", "--timeout", "1s"}, exitError, `^raftlock health: http://127.0.0.1:1/readyz: `},
 		{nil, []string{"get", "--timeout", "300ms", "x"}, exitUnavailable, `^raftlock get: cluster unavailable: `},
+		// A file that cannot be written or read is this machine's error
+		// (exit 1), found before the (unreachable) cluster is asked.
+		{nil, []string{"snapshot", "save", "/no/such/dir/x"}, exitError, `^raftlock snapshot save: write /no/such/dir/x: no such file or directory\n$`},
+		{nil, []string{"snapshot", "save", "/"}, exitError, `^raftlock snapshot save: write /: is a directory\n$`},
+		{nil, []string{"snapshot", "inspect", "/no/such/file"}, exitError, `^raftlock snapshot inspect: open /no/such/file: no such file or directory\n$`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -295,13 +316,35 @@ func TestCLIUsage(t *testing.T) {
 	}
 }
 
-// TestCLIHelp: every command answers --help on stdout with an example, and
-// the top-level help documents the exit codes.
+// helpPages lists every command and subcommand: the commands table, and
+// for a group (cluster, session, ...) the subcommands its help's usage line
+// names, "<status|join|...>".
+func helpPages(t *testing.T) [][]string {
+	var pages [][]string
+	for _, name := range slices.Sorted(maps.Keys(commands)) {
+		if name == "sem" { // semaphore's alias
+			continue
+		}
+		pages = append(pages, []string{name})
+		var stdout, stderr syncBuffer
+		run([]string{name, "--help"}, &stdout, &stderr, nil)
+		usage, _, _ := strings.Cut(stdout.String(), "\n")
+		if m := regexp.MustCompile(`<([a-z|-]+)>`).FindStringSubmatch(usage); m != nil {
+			for _, sub := range strings.Split(m[1], "|") {
+				pages = append(pages, []string{name, sub})
+			}
+		}
+	}
+	if len(pages) < 30 {
+		t.Fatalf("found %d commands and subcommands: the listing is broken", len(pages))
+	}
+	return pages
+}
+
+// TestCLIHelp: every command and subcommand answers --help on stdout with
+// an example, and the top-level help documents the exit codes.
 func TestCLIHelp(t *testing.T) {
-	for _, cmd := range [][]string{
-		{"acquire"}, {"renew"}, {"release"}, {"get"}, {"list"}, {"exec"}, {"health"}, {"serve"},
-		{"cluster"}, {"cluster", "status"}, {"cluster", "join"}, {"cluster", "leave"}, {"cluster", "transfer"},
-	} {
+	for _, cmd := range helpPages(t) {
 		t.Run(strings.Join(cmd, " "), func(t *testing.T) {
 			var stdout, stderr syncBuffer
 			code := run(append(cmd, "--help"), &stdout, &stderr, nil)
@@ -349,7 +392,8 @@ func TestCLICluster(t *testing.T) {
 		{name: "health, json", args: args("health", "--json", "--ready"), stdout: `^\{"nodes":\[\{"endpoint":"http://127\.0\.0\.1:\d+/readyz","ok":true\}(,\{[^}]*"ok":true\}){2}\],"ok":true\}\n$`},
 		{name: "health, one node down", args: args("health", "--timeout", "1s", "--endpoints", cl.Nodes[0].URL()+",http://127.0.0.1:1"),
 			code: exitError, stdout: `^http://127\.0\.0\.1:\d+/readyz: ok\n$`, stderr: `^raftlock health: http://127\.0\.0\.1:1/readyz: .*connection refused`},
-		{name: "bad_request is a usage error", args: args("acquire", "--ttl", "100ms", "x"), code: exitUsage, stderr: `^raftlock acquire: ttl_ms`},
+		// A name over 512 bytes: the server's rule, not checked before sending.
+		{name: "bad_request is a usage error", args: args("acquire", strings.Repeat("n", 513)), code: exitUsage, stderr: `^raftlock acquire: name: `},
 		// A voter that never answers: three of four still make a quorum.
 		{name: "join", args: args("cluster", "join", "n9", "127.0.0.1:1", "127.0.0.1:2"), stdout: "^node n9 joined\n$"},
 	}
@@ -365,6 +409,7 @@ func TestCLICluster(t *testing.T) {
 	step{name: "leave", args: args("cluster", "leave", "--json", "n9"), stdout: `^\{"left":"n9"\}\n$`}.run(t, base)
 	eventually(t, base, "three members", count(3), "cluster", "status", "--json")
 
+	step{name: "transfer to the leader", args: args("cluster", "transfer", old.ID), stdout: `^` + old.ID + ` leads already; nothing changed\n$`}.run(t, base)
 	step{name: "transfer", args: args("cluster", "transfer"), stdout: `^leadership transferred from ` + old.ID + ` to n\d\n$`}.run(t, base)
 	if n := cl.WaitForNewLeader(old); n == old {
 		t.Fatal("leadership did not move")
@@ -505,5 +550,17 @@ func TestCLIClassify(t *testing.T) {
 				t.Errorf("classify = %d, %q, %q; want %d, %q, %q", code, kind, msg, tt.code, tt.kind, tt.msg)
 			}
 		})
+	}
+}
+
+// On a single node a leadership transfer has nobody to go to: exit 1 with
+// the server's reason, and the node still leads.
+func TestCLITransferSingleNode(t *testing.T) {
+	cl := clustertest.Start(t, 1)
+	base := endpointsEnv(cl.Endpoints())
+	eventually(t, base, "a leader", func(r result) bool { return r.code == exitOK }, "health")
+	step{name: "transfer", args: args("cluster", "transfer"), code: exitError, stderr: `^raftlock cluster transfer: .*no other voter to hand leadership to: n1 is the only voter; nothing changed`}.run(t, base)
+	if id, _ := cl.Nodes[0].Leader(); id != "n1" {
+		t.Errorf("leader %q after a refused transfer, want n1", id)
 	}
 }

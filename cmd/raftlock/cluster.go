@@ -59,10 +59,13 @@ Example:
 const clusterTransferHelp = `Usage: raftlock cluster transfer [flags] [ID]
 
 Hands leadership to node ID, or to any other voter, and returns once another
-node leads. Useful before taking the leader down for maintenance.
+node leads. Useful before taking the leader down for maintenance. ID naming
+the node that leads changes nothing (exit 0, and says so); with no other
+voter to take over (a single node) it exits 1 and changes nothing.
 
-Example:
+Examples:
   raftlock cluster transfer n2
+  raftlock cluster transfer          # to the most up-to-date other voter
 `
 
 const clusterCheckStateHelp = `Usage: raftlock cluster check-state [flags]
@@ -198,6 +201,10 @@ func clusterTransferCmd(args []string, stdout, stderr io.Writer, environ env) in
 		}
 		if c.conn.json {
 			c.printJSON(map[string]any{"leader": leader, "previous_leader": old})
+			return exitOK
+		}
+		if target != "" && leader == target && old == target {
+			fmt.Fprintf(stdout, "%s leads already; nothing changed\n", target)
 			return exitOK
 		}
 		if leader == "" {

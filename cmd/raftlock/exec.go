@@ -35,6 +35,11 @@ permits of semaphore NAME instead of the lock (semaphores are apart from
 locks); COMMAND then also finds RAFTLOCK_SEMAPHORE_SLOT, its slot 0..N-1:
 fence the storage per (NAME, slot), as the token rises per slot.
 
+--session-id takes the lock in that session (raftlock session create)
+instead of with a TTL of its own: exec renews the session while COMMAND
+runs, releases the lock when it ends, and leaves the session open. The
+session ending (expired, closed) loses the lock.
+
 If the lease is lost (the cluster says this lease no longer holds the lock,
 or no renewal succeeded before the lease's deadline), COMMAND gets SIGTERM,
 then SIGKILL after --kill-grace, and raftlock exec exits 4 whatever COMMAND
@@ -56,6 +61,7 @@ Examples:
   raftlock exec --wait 5m --owner "$(hostname)-backup" backup/db -- sh -c 'pg_dump ... | upload'
   raftlock exec --shared --wait 1m schema/orders -- ./read-report.sh
   raftlock exec --semaphore 3 --wait 10m exporters -- ./export.sh
+  raftlock exec --session-id "$sid" orders/89041 -- ./charge.sh 89041
 `
 
 // execCmd is `raftlock exec`; it passes the process's SIGINT and SIGTERM on
@@ -91,6 +97,8 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ e
 	switch {
 	case a.shared && *semLimit != 0:
 		return c.usageError(errors.New("--shared and --semaphore exclude each other"))
+	case a.sessionID != "" && *semLimit != 0:
+		return c.usageError(errors.New("--session-id is for a lock; --semaphore takes a permit with its own TTL"))
 	case *semLimit != 0 && a.lockDelay > 0:
 		return c.usageError(errors.New("--lock-delay is for exclusive locks only"))
 	case *semLimit != 0:
@@ -109,6 +117,9 @@ func runExec(args []string, stdin io.Reader, stdout, stderr io.Writer, environ e
 	defer cl.Close()
 
 	lease, sig, err := acquireInterruptible(func(ctx context.Context) (held, error) { return take(ctx, cl) }, c.conn, sigs)
+	// With --session-id, exec kept the session alive while it held the
+	// lock; it leaves it, not closes it, once the lock is released.
+	defer a.detachSession()
 	if sig != nil {
 		fmt.Fprintf(stderr, "raftlock exec: %v while acquiring %s\n", sig, x.name)
 		return signalCode(sig)
@@ -202,7 +213,7 @@ func parseExec(c *cli, args []string, environ env, withShared bool) (x execArgs,
 	if len(x.argv) == 0 {
 		return x, c.usageError(fmt.Errorf("missing the command to run (raftlock %s NAME -- COMMAND)", c.name)), false
 	}
-	if err := x.acquire.check(); err != nil {
+	if err := x.acquire.check(c.given); err != nil {
 		return x, c.usageError(err), false
 	}
 	if x.killGrace < 0 {

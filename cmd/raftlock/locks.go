@@ -25,6 +25,11 @@ and releases the lease: keep it out of logs.
 (readers): an exclusive holder waits for all of them, and they for it. A
 shared hold has a fencing token of its own and takes no --lock-delay.
 
+--session-id takes the lock in a session (raftlock session create): the
+lease has no TTL of its own and ends when the session ends, or is closed;
+renew the session, not the lease. It takes the session's owner unless
+--owner is given.
+
 Exits 3 when another lease holds the lock (after --wait, if given), 6 when
 the outcome is unknown (the lock may have been taken; that lease is released,
 best effort): run it again with a --lease-id of your own to resend safely.
@@ -34,6 +39,7 @@ Examples:
   lease=$(raftlock acquire --json orders/89041 | jq -r .lease_id)
   raftlock acquire --wait 1m orders/89041     # wait up to a minute for it
   raftlock acquire --shared --ttl 1m schema/orders
+  raftlock acquire --session-id "$sid" orders/89041
 `
 
 const renewHelp = `Usage: raftlock renew --lease-id ID [flags] NAME
@@ -75,18 +81,24 @@ Example:
 `
 
 // acquireFlags are the flags of acquire and exec (and elect, without
-// --shared).
+// --shared and --session-id).
 type acquireFlags struct {
 	ttl, wait, lockDelay time.Duration
 	owner, leaseID       string
 	shared               bool
+	sessionID            string
+	// session is the session the lease was taken in (--session-id), kept
+	// alive by this process until detachSession.
+	session *client.Session
 }
 
-// addAcquireFlags adds the flags of a lock acquire; withShared adds --shared.
-func addAcquireFlags(fs *flag.FlagSet, withShared bool) *acquireFlags {
+// addAcquireFlags adds the flags of a lock acquire; lockCmd (acquire and
+// exec, not elect) adds --shared and --session-id.
+func addAcquireFlags(fs *flag.FlagSet, lockCmd bool) *acquireFlags {
 	a := &acquireFlags{}
-	if withShared {
+	if lockCmd {
 		fs.BoolVar(&a.shared, "shared", false, "hold the lock shared, together with other shared holders (no --lock-delay)")
+		fs.StringVar(&a.sessionID, "session-id", "", "take the lock in this session (raftlock session create): no TTL of its own, it ends with the session (no --ttl, --lock-delay)")
 	}
 	fs.DurationVar(&a.ttl, "ttl", client.DefaultTTL, "lease time to live, 500ms to 1h")
 	fs.StringVar(&a.owner, "owner", defaultOwner(), "who holds the lock, as others see it")
@@ -96,14 +108,34 @@ func addAcquireFlags(fs *flag.FlagSet, withShared bool) *acquireFlags {
 	return a
 }
 
-func (a *acquireFlags) check() error {
+// check refuses flags the API would refuse; given are the flags given on
+// the command line.
+func (a *acquireFlags) check(given map[string]bool) error {
+	if a.sessionID != "" {
+		switch {
+		case !api.ValidLeaseID(a.sessionID):
+			return errors.New("--session-id: must be " + api.LeaseIDRule)
+		case given["ttl"] || given["lock-delay"]:
+			return errors.New("--session-id: the lease takes its session's TTL and lock-delay; give no --ttl or --lock-delay")
+		}
+		if !given["owner"] && a.owner == defaultOwner() {
+			a.owner = "" // the session's owner
+		}
+		a.ttl, a.lockDelay = 0, 0
+		if a.wait < 0 {
+			return errors.New("--wait must not be negative")
+		}
+		return checkLeaseID(a.leaseID)
+	}
+	if err := checkTTL("ttl", a.ttl, false); err != nil {
+		return err
+	}
+	if err := checkLockDelay(a.lockDelay); err != nil {
+		return err
+	}
 	switch {
-	case a.ttl <= 0:
-		return errors.New("--ttl must be positive")
 	case a.wait < 0:
 		return errors.New("--wait must not be negative")
-	case a.lockDelay < 0:
-		return errors.New("--lock-delay must not be negative")
 	case a.shared && a.lockDelay > 0:
 		return errors.New("--lock-delay is for exclusive locks only")
 	}
@@ -113,17 +145,33 @@ func (a *acquireFlags) check() error {
 // acquire takes the lock, exclusive or (--shared) shared: at once (bounded
 // by --timeout) without --wait, else waiting up to --wait.
 // Cancelling parent stops a wait.
-func (a *acquireFlags) acquire(parent context.Context, cl *client.Client, cn *conn, name string) (*client.Lease, error) {
+func (a *acquireFlags) acquire(parent context.Context, cl *client.Client, cn *conn, name string) (lease *client.Lease, err error) {
 	opts := client.AcquireOptions{TTL: a.ttl, Owner: a.owner, LockDelay: a.lockDelay, LeaseID: a.leaseID, Shared: a.shared}
+	try, wait := cl.TryAcquire, cl.Acquire
+	if a.sessionID != "" {
+		actx, cancel := context.WithTimeout(parent, cn.timeout)
+		sess, err := cl.AttachSession(actx, a.sessionID)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		a.session = sess
+		defer func() {
+			if err != nil {
+				a.detachSession()
+			}
+		}()
+		try, wait = sess.TryAcquire, sess.Acquire
+	}
 	if a.wait == 0 {
 		ctx, cancel := context.WithTimeout(parent, cn.timeout)
 		defer cancel()
-		return cl.TryAcquire(ctx, name, opts)
+		return try(ctx, name, opts)
 	}
 	opts.Wait = min(a.wait, client.MaxWaitRound)
 	ctx, cancel := context.WithTimeout(parent, a.wait)
 	defer cancel()
-	lease, err := cl.Acquire(ctx, name, opts)
+	lease, err = wait(ctx, name, opts)
 	if err != nil && !errors.Is(err, client.ErrHeld) && ctx.Err() != nil && parent.Err() == nil {
 		// The server's "held" answer to the last round of waiting can arrive
 		// just after --wait ends, leaving only a deadline error: ask who
@@ -140,6 +188,14 @@ func (a *acquireFlags) acquire(parent context.Context, cl *client.Client, cn *co
 	return lease, err
 }
 
+// detachSession stops keeping the --session-id session alive, leaving it
+// (and the lease taken in it) to whoever else renews it.
+func (a *acquireFlags) detachSession() {
+	if a.session != nil {
+		a.session.Detach()
+	}
+}
+
 // leaseOut is what acquire prints with --json: the API's acquire answer.
 type leaseOut = api.Lease
 
@@ -151,7 +207,7 @@ func acquireCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	if !ok {
 		return code
 	}
-	if err := a.check(); err != nil {
+	if err := a.check(c.given); err != nil {
 		return c.usageError(err)
 	}
 	cl, code, ok := c.client()
@@ -165,7 +221,8 @@ func acquireCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	}
 	// The lock outlives this process: stop renewing without releasing.
 	lease.Detach()
-	out := leaseOut{Name: lease.Name(), Owner: lease.Owner(), LeaseID: lease.LeaseID(), FencingToken: lease.Token(), TTLMs: ms(lease.TTL())}
+	a.detachSession()
+	out := leaseOut{Name: lease.Name(), Owner: lease.Owner(), LeaseID: lease.LeaseID(), FencingToken: lease.Token(), TTLMs: ms(lease.TTL()), SessionID: a.sessionID}
 	if lease.Shared() {
 		out.Mode = api.ModeShared
 	}
@@ -178,6 +235,9 @@ func acquireCmd(args []string, stdout, stderr io.Writer, environ env) int {
 		fmt.Fprintf(stdout, "mode:      %s\n", out.Mode)
 	}
 	fmt.Fprintf(stdout, "token:     %d\nlease_id:  %s\nttl:       %s\n", out.FencingToken, out.LeaseID, lease.TTL())
+	if out.SessionID != "" {
+		fmt.Fprintln(stdout, "session:   the lease ends with its session: renew the session, not the lease")
+	}
 	return exitOK
 }
 
@@ -206,8 +266,8 @@ func parseRenew(c *cli, args []string, environ env, what string) (name, id strin
 	if err := checkGivenLeaseID(*idFlag); err != nil {
 		return "", "", 0, c.usageError(err), false
 	}
-	if *ttlFlag < 0 {
-		return "", "", 0, c.usageError(errors.New("--ttl must not be negative")), false
+	if err := checkTTL("ttl", *ttlFlag, true); err != nil {
+		return "", "", 0, c.usageError(err), false
 	}
 	return pos[0], *idFlag, *ttlFlag, 0, true
 }

@@ -87,7 +87,7 @@ func TestCLIAcquireSharedHeldAfterWait(t *testing.T) {
 		{name: "acquire", args: args("acquire", "--shared", "--wait", "300ms", "schema"), code: exitHeld,
 			stderr: `^raftlock acquire: schema is held by "r1" \(fencing token 5\) and 1 other shared holder\n$`},
 		{name: "acquire, json", args: args("acquire", "--shared", "--json", "--wait", "300ms", "schema"), code: exitHeld, stderr: "is held by",
-			stdout: `^\{"error":"held","holder":\{"fencing_token":5,"owner":"r1"\},"holders":\[\{"fencing_token":5,"owner":"r1"\},\{"fencing_token":7,"owner":"r2"\}\],"message":".*"\}\n$`},
+			stdout: `^\{"error":"held","holder":\{"fencing_token":5,"owner":"r1"\},"holders":\[\{"fencing_token":5,"owner":"r1"\},\{"fencing_token":7,"owner":"r2"\}\],"holders_total":2,"message":".*"\}\n$`},
 		{name: "exec", args: args("exec", "--shared", "--wait", "300ms", "schema", "--", "true"), code: exitHeld,
 			stderr: `^raftlock exec: schema is held by "r1" \(fencing token 5\) and 1 other shared holder\n$`},
 	}

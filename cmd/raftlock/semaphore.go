@@ -56,18 +56,30 @@ const semRenewHelp = `Usage: raftlock semaphore renew --lease-id ID [flags] NAME
 
 Renews the permit ID of semaphore NAME for another TTL and prints it; its
 slot and fencing token stay. Exits 4 when that permit is no longer held.
+The lease id may come from RAFTLOCK_LEASE_ID instead.
+
+Examples:
+  RAFTLOCK_LEASE_ID=$lease raftlock semaphore renew exporters
+  RAFTLOCK_LEASE_ID=$lease raftlock semaphore renew --ttl 2m exporters
 `
 
 const semReleaseHelp = `Usage: raftlock semaphore release --lease-id ID [flags] NAME
 
 Releases the permit ID of semaphore NAME. Exits 4 when that permit is not
 held, 6 when the outcome is unknown (run it again: 4 then means it is gone).
+
+Example:
+  RAFTLOCK_LEASE_ID=$lease raftlock semaphore release exporters
 `
 
 const semShowHelp = `Usage: raftlock semaphore show [flags] NAME
 
 Shows semaphore NAME's limit and its holders by slot, with their fencing
 tokens and time left. Nobody holding a permit is not an error (limit 0).
+
+Examples:
+  raftlock semaphore show exporters
+  raftlock semaphore show --json exporters | jq '.holders | length'
 `
 
 func semaphoreCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -155,10 +167,10 @@ func semAcquireCmd(args []string, stdout, stderr io.Writer, environ env) int {
 }
 
 func (s *semFlags) check(limit int) error {
-	switch {
-	case s.ttl <= 0:
-		return errors.New("--ttl must be positive")
-	case s.wait < 0:
+	if err := checkTTL("ttl", s.ttl, false); err != nil {
+		return err
+	}
+	if s.wait < 0 {
 		return errors.New("--wait must not be negative")
 	}
 	if err := checkLimit(limit); err != nil {

@@ -16,7 +16,8 @@ const sessionHelp = `Usage: raftlock session <create|renew|close|show> [flags] [
 A session ties many leases to one keepalive: leases taken with it have no TTL
 of their own and end together when it expires (or is closed). Services make
 them with the Go client (client.NewSession); these commands create one by
-hand, and let an operator see and end one.
+hand, and let an operator see and end one. 'raftlock acquire --session-id'
+and 'raftlock exec --session-id' take a lock in it.
 
   create    create a session and print its id (a secret, like a lease id)
   renew     renew it for another TTL
@@ -31,6 +32,7 @@ Exits 4 when the session has ended (expired or closed: no_session).
 Examples:
   sid=$(raftlock session create --json --ttl 30s --owner ingest-7 | jq -r .session_id)
   RAFTLOCK_SESSION_ID=$sid raftlock session show
+  raftlock acquire --session-id "$sid" orders/89041
   RAFTLOCK_SESSION_ID=$sid raftlock session close
 `
 
@@ -49,12 +51,19 @@ const sessionRenewHelp = `Usage: raftlock session renew --session-id ID [flags]
 
 Renews the session for another TTL (its own unless --ttl is given) and
 prints it. Exits 4 when the session has ended.
+
+Examples:
+  RAFTLOCK_SESSION_ID=$sid raftlock session renew
+  RAFTLOCK_SESSION_ID=$sid raftlock session renew --ttl 1m
 `
 
 const sessionCloseHelp = `Usage: raftlock session close --session-id ID [flags]
 
 Closes the session: every lock and permit it holds is released at once
 (no lock-delay), and prints how many. Exits 4 when the session had ended.
+
+Example:
+  RAFTLOCK_SESSION_ID=$sid raftlock session close
 `
 
 const sessionShowHelp = `Usage: raftlock session show [flags] [ID]
@@ -62,6 +71,10 @@ const sessionShowHelp = `Usage: raftlock session show [flags] [ID]
 Shows the session (ID, or --session-id): owner, TTL, lock-delay, time left
 and its leases: locks, then semaphore permits, with their fencing tokens.
 Exits 4 when the session has ended.
+
+Examples:
+  RAFTLOCK_SESSION_ID=$sid raftlock session show
+  raftlock session show --json "$sid" | jq '.leases | length'
 `
 
 func sessionCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -112,11 +125,13 @@ func sessionCreateCmd(args []string, stdout, stderr io.Writer, environ env) int 
 	if _, code, ok := c.parse(args, environ, 0, 0); !ok {
 		return code
 	}
+	if err := checkTTL("ttl", *ttl, false); err != nil {
+		return c.usageError(err)
+	}
+	if err := checkLockDelay(*lockDelay); err != nil {
+		return c.usageError(err)
+	}
 	switch {
-	case *ttl <= 0:
-		return c.usageError(errors.New("--ttl must be positive"))
-	case *lockDelay < 0:
-		return c.usageError(errors.New("--lock-delay must not be negative"))
 	case *id != "" && !api.ValidLeaseID(*id):
 		return c.usageError(errors.New("--session-id: must be " + api.LeaseIDRule))
 	}
@@ -141,8 +156,8 @@ func sessionRenewCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	if err := checkSessionID(*id); err != nil {
 		return c.usageError(err)
 	}
-	if *ttl < 0 {
-		return c.usageError(errors.New("--ttl must not be negative"))
+	if err := checkTTL("ttl", *ttl, true); err != nil {
+		return c.usageError(err)
 	}
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
 		s, err := cl.RenewSession(ctx, *id, *ttl)

@@ -153,6 +153,9 @@ func TestCLISemaphoreFullAndMismatch(t *testing.T) {
 	_, full := startStub(t, map[string]stubAnswer{
 		"POST /v1/semaphores/acquire": {409, `{"error":"full","message":"semaphore full","holders":[{"owner":"a","slot":0,"fencing_token":5},{"owner":"b","slot":1,"fencing_token":6}]}`},
 	})
+	_, bounded := startStub(t, map[string]stubAnswer{
+		"POST /v1/semaphores/acquire": {409, `{"error":"full","message":"semaphore full","holders":[{"owner":"a","slot":0,"fencing_token":5}],"holders_total":40}`},
+	})
 	_, mismatch := startStub(t, map[string]stubAnswer{
 		"POST /v1/semaphores/acquire": {409, `{"error":"limit_mismatch","message":"held with limit 2","limit":2}`},
 	})
@@ -163,7 +166,10 @@ func TestCLISemaphoreFullAndMismatch(t *testing.T) {
 		{full, step{name: "full", args: args("semaphore", "acquire", "--limit", "2", "pool"), code: exitHeld,
 			stderr: `^raftlock semaphore acquire: semaphore pool is full: all 2 permits are held\n$`}},
 		{full, step{name: "full, json", args: args("semaphore", "acquire", "--json", "--limit", "2", "pool"), code: exitHeld, stderr: "is full",
-			stdout: `^\{"error":"full","holders":\[\{"owner":"a","slot":0,"fencing_token":5\},\{"owner":"b","slot":1,"fencing_token":6\}\],"message":"semaphore pool is full: all 2 permits are held"\}\n$`}},
+			stdout: `^\{"error":"full","holders":\[\{"owner":"a","slot":0,"fencing_token":5\},\{"owner":"b","slot":1,"fencing_token":6\}\],"holders_total":2,"message":"semaphore pool is full: all 2 permits are held"\}\n$`}},
+		// A server that lists the first holders only and counts them all.
+		{bounded, step{name: "full, bounded list", args: args("semaphore", "acquire", "--limit", "40", "pool"), code: exitHeld,
+			stderr: `^raftlock semaphore acquire: semaphore pool is full: all 40 permits are held\n$`}},
 		{mismatch, step{name: "limit mismatch, json", args: args("semaphore", "acquire", "--json", "--limit", "3", "pool"), code: exitError, stderr: "held with limit 2",
 			stdout: `^\{"error":"limit_mismatch","limit":2,"message":"semaphore pool is held with limit 2 \(the first holder sets it\)"\}\n$`}},
 	}

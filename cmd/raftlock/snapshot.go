@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/raftlock/raftlock/client"
+	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -78,21 +82,32 @@ func snapshotSaveCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	if !ok {
 		return code
 	}
-	return c.withClient(func(ctx context.Context, cl *client.Client) int {
-		data, err := cl.SaveSnapshot(ctx)
-		if err != nil {
-			return c.fail(err)
-		}
-		info, _, err := raftnode.ParseBackup(data)
-		if err != nil {
-			return c.fail(fmt.Errorf("the leader sent a file that does not check: %w", err))
-		}
-		if err := writePrivate(pos[0], data); err != nil {
-			return c.fail(err)
-		}
-		c.printInfo(pos[0], info)
-		return exitOK
-	})
+	cl, code, ok := c.client()
+	if !ok {
+		return code
+	}
+	defer cl.Close()
+	// The file first: a path that cannot be written is this machine's
+	// error, found before the leader is asked for a backup.
+	out, err := createPrivate(pos[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	defer out.abort()
+	ctx, cancel := c.conn.ctx()
+	defer cancel()
+	data, err := cl.SaveSnapshot(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	info, snap, err := raftnode.ParseBackup(data)
+	if err != nil {
+		return c.fail(fmt.Errorf("the leader sent a file that does not check: %w", err))
+	}
+	if err := out.commit(data); err != nil {
+		return c.fail(err)
+	}
+	return c.printInfo(pos[0], info, snap)
 }
 
 func snapshotInspectCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -108,7 +123,7 @@ func snapshotInspectCmd(args []string, stdout, stderr io.Writer, environ env) in
 		return c.fail(err)
 	}
 	defer f.Close()
-	info, _, err := raftnode.ReadBackup(f)
+	info, snap, err := raftnode.ReadBackup(f)
 	if err != nil {
 		fmt.Fprintf(stderr, "raftlock snapshot inspect: %s: checksum or format NOT OK: %v\n", pos[0], err)
 		if asJSON {
@@ -119,8 +134,7 @@ func snapshotInspectCmd(args []string, stdout, stderr io.Writer, environ env) in
 	if asJSON {
 		c.conn = &conn{json: true}
 	}
-	c.printInfo(pos[0], info)
-	return exitOK
+	return c.printInfo(pos[0], info, snap)
 }
 
 func snapshotRestoreCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -154,42 +168,95 @@ func snapshotRestoreCmd(args []string, stdout, stderr io.Writer, environ env) in
 	})
 }
 
-func (c *cli) printInfo(file string, info raftnode.BackupInfo) {
+// printInfo prints a checked backup: its header, and what its state holds
+// by kind (snap is its state machine snapshot, already checked to decode).
+func (c *cli) printInfo(file string, info raftnode.BackupInfo, snap []byte) int {
 	sum := hex.EncodeToString(info.SHA256[:])
-	if c.conn != nil && c.conn.json {
-		c.printJSON(map[string]any{"file": file, "ok": true, "index": info.Index, "term": info.Term, "locks": info.Locks,
-			"size": info.Size, "fsm_size": info.FSMSize, "sha256": sum})
-		return
+	m := fsm.New()
+	if err := m.Restore(bytes.NewReader(snap)); err != nil {
+		return c.fail(fmt.Errorf("%s: the state decoded once, not twice: %w", file, err))
 	}
-	fmt.Fprintf(c.stdout, "%s: index %d, term %d, %d locks, %d bytes, sha256 %s, checksum OK\n",
-		file, info.Index, info.Term, info.Locks, info.Size, sum)
+	n := m.Counts()
+	if c.conn != nil && c.conn.json {
+		// "locks" keeps its meaning for scripts that read it: every lease
+		// held, lock holds and permits together.
+		c.printJSON(map[string]any{"file": file, "ok": true, "index": info.Index, "term": info.Term, "locks": info.Locks,
+			"lock_holds": n.LockHolds, "held_locks": n.Locks, "permits": n.Permits, "semaphores": n.Semaphores, "sessions": n.Sessions,
+			"size": info.Size, "fsm_size": info.FSMSize, "sha256": sum})
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "%s: index %d, term %d, %s, %d bytes, sha256 %s, checksum OK\n",
+		file, info.Index, info.Term, countsText(n), info.Size, sum)
+	return exitOK
 }
 
-// writePrivate writes data to path, mode 0600, through a temporary file in
-// the same directory renamed over it only once complete and synced.
-func writePrivate(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".raftlock-snapshot-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+// countsText says what a state holds, locks and semaphore permits apart:
+// "2 locks held (3 holds), 5 permits of 1 semaphore, 1 session".
+func countsText(n fsm.Counts) string {
+	plural := func(k int, one, many string) string {
+		if k == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %s", k, many)
 	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
+	s := plural(n.Locks, "lock", "locks") + " held"
+	if n.LockHolds != n.Locks {
+		s += " (" + plural(n.LockHolds, "hold", "holds") + ", shared holders each counted)"
+	}
+	s += ", " + plural(n.Permits, "permit", "permits") + " of " + plural(n.Semaphores, "semaphore", "semaphores")
+	return s + ", " + plural(n.Sessions, "session", "sessions")
+}
+
+// privateFile is a file written mode 0600 through a temporary file in the
+// same directory, renamed over the path only once complete and synced.
+type privateFile struct {
+	path string
+	tmp  *os.File
+}
+
+// createPrivate checks that path can be written (its directory exists and
+// takes files, and it is no directory itself) by creating the temporary
+// file now.
+func createPrivate(path string) (*privateFile, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, &fs.PathError{Op: "write", Path: path, Err: errors.New("is a directory")}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".raftlock-snapshot-*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // about the temporary file's name, which means nothing to the user
+		}
+		return nil, &fs.PathError{Op: "write", Path: path, Err: err}
+	}
 	if err := tmp.Chmod(0o600); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+		os.Remove(tmp.Name())
+		return nil, fmt.Errorf("write %s: %w", path, err)
 	}
-	_, err = tmp.Write(data)
+	return &privateFile{path: path, tmp: tmp}, nil
+}
+
+// commit writes data and renames the file into place.
+func (p *privateFile) commit(data []byte) error {
+	_, err := p.tmp.Write(data)
 	if err == nil {
-		err = tmp.Sync()
+		err = p.tmp.Sync()
 	}
-	if cerr := tmp.Close(); err == nil {
+	if cerr := p.tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), path)
+		err = os.Rename(p.tmp.Name(), p.path)
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", p.path, err)
 	}
 	return nil
+}
+
+// abort removes the temporary file; a no-op after commit.
+func (p *privateFile) abort() {
+	p.tmp.Close()
+	os.Remove(p.tmp.Name())
 }

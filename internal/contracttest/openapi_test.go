@@ -427,6 +427,11 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	c.want(st, b, 200)
 	st, b = c.do(call{method: "POST", url: F + "/v1/cluster/check-state", body: `{}`})
 	c.want(st, b, 200)
+	st, b = c.do(call{method: "POST", url: F + "/v1/cluster/transfer-leadership", body: `{"id":"` + leader.ID + `"}`})
+	c.want(st, b, 200)
+	if tr := decode[api.Transferred](t, b); tr.Leader != leader.ID || tr.Message == "" {
+		t.Errorf("transfer to the leader itself: %s, want it named with a message", b)
+	}
 	st, b = c.do(call{method: "POST", url: F + "/v1/cluster/transfer-leadership", body: `{}`})
 	c.want(st, b, 200)
 
@@ -463,6 +468,23 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 		if !c.statuses[code] {
 			t.Errorf("status %d never checked", code)
 		}
+	}
+}
+
+// TestOpenAPISingleNodeTransfer checks the 409 no_successor of a
+// leadership transfer with nobody to take over, which a 3-node cluster
+// never answers.
+func TestOpenAPISingleNodeTransfer(t *testing.T) {
+	cl := clustertest.Start(t, 1)
+	c := newChecker(t, readSpec(t), cl)
+	clustertest.WaitFor(t, 15*time.Second, "the node to lead", func() bool {
+		id, _ := cl.Nodes[0].Leader()
+		return id != ""
+	})
+	st, b := c.do(call{method: "POST", url: cl.Nodes[0].URL() + "/v1/cluster/transfer-leadership", body: `{}`})
+	c.want(st, b, 409)
+	if e := decode[api.Error](t, b); e.Error != api.CodeNoSuccessor {
+		t.Errorf("transfer on one node: %s, want no_successor", b)
 	}
 }
 

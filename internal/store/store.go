@@ -53,6 +53,13 @@ var (
 	// has not surveyed its members in this term); the leader refused it
 	// before writing anything. Upgrading every node lifts it.
 	ErrNotSupportedYet = errors.New("not supported by every node yet")
+	// ErrNoSuccessor: a leadership transfer found no other voter to hand
+	// leadership to (a single-node cluster, or one whose other members are
+	// all non-voters). Nothing changed.
+	ErrNoSuccessor = errors.New("no other voter to hand leadership to")
+	// ErrLeadsAlready: a leadership transfer named the node that leads.
+	// Nothing changed, which is what was asked.
+	ErrLeadsAlready = errors.New("the named node leads already")
 )
 
 // LockReader is the read-only view of a node's locks that reads are
