@@ -97,7 +97,7 @@ func (r *runner) timeProps(ops []history.Op) []property {
 	}
 	t := model.TimeBounds(ops, outages, windows, r.restores(), p)
 	r.rep.timeRep = t
-	lease := property{id: "l", name: "abandoned leases end by TTL + outages + slack", violations: append(append([]model.Violation(nil), r.probeErrs...), t.Lease...)}
+	lease := property{id: "l", name: "leases end by TTL + leaderless time + slack", violations: append(append([]model.Violation(nil), r.probeErrs...), t.Lease...)}
 	lease.note = fmt.Sprintf("%d TTL leases bounded, %d witnessed after their bound; %d outages of leadership seen; allowances: tick %v, %v per outage, slack %v",
 		t.LeasesBounded, t.LeasesWitnessed, t.Outages, p.Tick, p.PerOutage, p.Slack)
 	if t.TightestSet {
