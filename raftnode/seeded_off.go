@@ -2,7 +2,11 @@
 
 package raftnode
 
-import "context"
+import (
+	"context"
+
+	"github.com/raftlock/raftlock/fsm"
+)
 
 // seededWaiterTimeoutRelease, seededRestoreLowersIndex,
 // seededRestoreUnrecorded and seededTickOnlyWhenDue are false in every ordinary build: the seeded
@@ -12,7 +16,12 @@ const (
 	seededRestoreLowersIndex   = false
 	seededRestoreUnrecorded    = false
 	seededTickOnlyWhenDue      = false
+	seededWaiterLate           = false
 )
+
+// Nor waiter-late's delay or session-late's longer TTL.
+func seededServeDelay()                 {}
+func seededSessionTTL(cmd *fsm.Command) {}
 
 // The crash points (seeded_on.go) do nothing in an ordinary build.
 func seededArmRestoreCrash(bool) {}

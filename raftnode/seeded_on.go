@@ -65,6 +65,38 @@ var seededRestoreUnrecorded = os.Getenv(SeededBugEnv) == "restore-unrecorded"
 // and a failover restarts every lease (up to a whole TTL late).
 var seededTickOnlyWhenDue = os.Getenv(SeededBugEnv) == "tick-only-when-due"
 
+// seededWaiterLate makes the leader serve a lock's parked acquires
+// seededWaiterDelay late, whatever woke the queue (the lock freed, or a new
+// waiter found it free): the lock stays free (promised to its waiters,
+// refused to others) all that while.
+var seededWaiterLate = os.Getenv(SeededBugEnv) == "waiter-late"
+
+// seededWaiterDelay is how late waiter-late serves a freed lock's waiters:
+// twice the checker's bound (m).
+const seededWaiterDelay = 4 * time.Second
+
+// seededServeDelay is waiter-late's delay before a queue is served, and
+// nothing otherwise.
+func seededServeDelay() {
+	if seededWaiterLate {
+		time.Sleep(seededWaiterDelay)
+	}
+}
+
+// seededSessionLate makes every session last seededSessionExtra past its
+// TTL: a create is written with the TTL asked plus that much, and renews
+// keep it. The client is told nothing.
+var seededSessionLate = os.Getenv(SeededBugEnv) == "session-late"
+
+const seededSessionExtra = 3000 // ms
+
+// seededSessionTTL is session-late's longer TTL on a session create.
+func seededSessionTTL(cmd *fsm.Command) {
+	if seededSessionLate && cmd.Op == fsm.OpSessionCreate && cmd.TTL > 0 {
+		cmd.TTL += seededSessionExtra
+	}
+}
+
 // CrashPointEnv names the environment variable that makes a test build
 // kill itself at a named point, as kill -9 would there:
 //
@@ -100,7 +132,8 @@ func seededRestoreInstalled() {
 }
 
 func init() {
-	if seededWaiterTimeoutRelease || seededRestoreLowersIndex || seededRestoreUnrecorded || seededTickOnlyWhenDue {
+	if seededWaiterTimeoutRelease || seededRestoreLowersIndex || seededRestoreUnrecorded || seededTickOnlyWhenDue ||
+		seededWaiterLate || seededSessionLate {
 		fmt.Fprintf(os.Stderr, "raftnode: SEEDED BUG %q enabled (test build)\n", os.Getenv(SeededBugEnv))
 	}
 	if seededCrashRestoreInstalled {

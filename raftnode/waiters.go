@@ -120,7 +120,11 @@ func (q *waitQueue) wait(ctx context.Context, cmd fsm.Command, held fsm.Result, 
 	q.mu.Unlock()
 	// The lock may have freed between the held answer and parking.
 	if q.grantable(cmd) {
-		q.serve(cmd.Name)
+		if seededWaiterLate {
+			go q.serve(cmd.Name) // late (test builds only): not on this waiter's clock
+		} else {
+			q.serve(cmd.Name)
+		}
 	}
 
 	select {
@@ -234,6 +238,7 @@ func (q *waitQueue) freed(names []string) {
 // of shared readers, several free permits), stopping at the first that
 // cannot: FIFO across modes, so a writer is not overtaken by later readers.
 func (q *waitQueue) serve(name string) {
+	seededServeDelay() // waiter-late (test builds only)
 	for {
 		q.mu.Lock()
 		lq := q.locks[name]

@@ -42,6 +42,7 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if cmd.Op == fsm.OpSessionCreate && cmd.SessionID == "" {
 		cmd.SessionID = api.NewLeaseID()
 	}
+	seededSessionTTL(&cmd) // session-late (test builds only)
 	return n.applyAdmitted(cmd)
 }
 

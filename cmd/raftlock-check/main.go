@@ -9,7 +9,10 @@
 // porcupine, and, for sessions, fenced semaphores and shared locks (a share
 // of the cycles, --mix), (h) sessions end once and their holds with them,
 // (i) never more than limit valid permits and per-slot tokens rise, (j) an
-// exclusive hold excludes every other. It exits non-zero on any violation
+// exclusive hold excludes every other, and time bounds (a share of the
+// cycles, --time-probes): (l) an abandoned lease ends by its TTL plus the
+// leaderless time seen, (m) a parked acquire is granted promptly after the
+// release that freed its lock, (n) a session's leases end with it. It exits non-zero on any violation
 // and then keeps the run directory: journals, node logs and porcupine's
 // HTML visualisation.
 //
@@ -67,6 +70,10 @@ func clientMain(args []string) int {
 	mix := fs.Float64("mix", 0, "share of cycles using sessions, semaphores or shared locks")
 	rwLocks := fs.String("rw-locks", "", "comma-separated lock names for shared and session cycles")
 	sems := fs.String("semaphores", "", "comma-separated NAME=LIMIT semaphores")
+	timeProbes := fs.Float64("time-probes", 0, "share of cycles probing the time bounds")
+	ttlLocks := fs.String("ttl-locks", "", "comma-separated lock names for the time probes' TTL leases")
+	sessLocks := fs.String("sess-locks", "", "comma-separated lock names for the time probes' session leases")
+	probeKinds := fs.String("time-probe-kinds", "", "comma-separated time-probe cycles to run (abandon, session, handoff; empty: all)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -91,8 +98,18 @@ func clientMain(args []string) int {
 		ID: *id, Nodes: strings.Split(*nodes, ","), Register: *reg, Locks: strings.Split(*locks, ","),
 		Renew: *renew, Seed: *seed, Timeout: *timeout, Journal: j, ClockRate: *rate,
 		Mix: *mix, RWLocks: rw, Semaphores: semaphores,
+		TimeProbes: *timeProbes, TTLLocks: splitList(*ttlLocks), SessLocks: splitList(*sessLocks),
+		ProbeKinds: splitList(*probeKinds),
 	}).Run(ctx)
 	return 0
+}
+
+// splitList splits a comma-separated list ("" is none).
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 // parseSemaphores reads "NAME=LIMIT,..." ("" is none).

@@ -32,6 +32,7 @@ type report struct {
 	lin        []model.LinResult
 	visualised []string
 	checkTime  time.Duration
+	timeRep    model.TimeReport
 }
 
 func (r *runner) failed() bool {
@@ -105,6 +106,7 @@ func (r *runner) check() error {
 		stateVerdict(r.stateCk))
 	rep.props = append(rep.props, ep.holdProps(r.cfg.drift, r.holdErrs, r.holdNote)...)
 	rep.props = append(rep.props, restoreVerdict(ops, restores, ep))
+	rep.props = append(rep.props, r.timeProps(ops)...)
 	for _, f := range r.faults {
 		if f.Kind != faults.LeaderKill || f.Err != "" {
 			continue

@@ -21,6 +21,7 @@ import (
 	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/faults"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
+	"github.com/raftlock/raftlock/cmd/raftlock-check/leaderwatch"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/proxy"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/register"
@@ -52,6 +53,26 @@ type config struct {
 	// mix is the share of client cycles that use sessions, semaphore
 	// permits and shared locks (issue 15), on names of their own.
 	mix float64
+	// timeProbes is the share of client cycles that probe the time bounds
+	// (l), (m), (n), on ttl/N and sttl/N.
+	timeProbes float64
+	probeKinds string // --time-probe-kinds: which time probes (empty: all)
+}
+
+// ttlLocks and sessLocks are the names the time probes use, as many as
+// --locks: TTL leases (and hand-offs) on ttl/N, session leases on sttl/N.
+func (c config) ttlLocks() []string  { return c.names("ttl/%d") }
+func (c config) sessLocks() []string { return c.names("sttl/%d") }
+
+func (c config) names(format string) []string {
+	if c.timeProbes <= 0 {
+		return nil
+	}
+	var out []string
+	for i := 0; i < c.locks; i++ {
+		out = append(out, fmt.Sprintf(format, i))
+	}
+	return out
 }
 
 // rwLocks and semaphores are the names the issue-15 cycles use, as many as
@@ -95,6 +116,8 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.seededBug, "seeded-bug", os.Getenv("RAFTLOCK_SEEDED_BUG"), "seeded bug (test builds only; env RAFTLOCK_SEEDED_BUG)")
 	fs.BoolVar(&c.clockFaults, "clock-faults", false, "add clock faults: wall jumps, leader rate skew, monotonic leaps (raftlock built with -tags raftlock_faults)")
 	fs.Float64Var(&c.leaderRate, "clock-leader-rate", 0, "with --clock-faults: run every node's clock at this rate (1.2: the seeded twin beyond the bound)")
+	fs.Float64Var(&c.timeProbes, "time-probes", 0.08, "share of client cycles that probe the time bounds: abandoned leases and sessions, and hand-offs to parked acquires (on ttl/N and sttl/N; 0: none)")
+	fs.StringVar(&c.probeKinds, "time-probe-kinds", "", "comma-separated time probes to run: abandon (TTL leases), session, handoff (empty: all)")
 	fs.Float64Var(&c.mix, "mix", 0.4, "share of client cycles that use sessions, semaphore permits and shared locks (on rw/N and sem/N; 0: the lock workload alone)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -183,10 +206,17 @@ type runner struct {
 	finalErrs []model.Violation
 	holdErrs  []model.Violation // (h), (i): locks or permits leaked past the workload
 	holdNote  string            // why the closing holds could not be checked
+	probeErrs []model.Violation // (l): a time-probe lock still held after the workload
 	nodes     []model.NodeState
 	notReady  []string
 	stateCk   stateCheck // (g)
 	rep       report
+
+	// watch samples who leads for the whole run; the time bounds count
+	// its outages (timewatch.go).
+	watch     *leaderwatch.Watcher
+	stopWatch func()
+	watchEnd  int64
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -282,6 +312,7 @@ func (r *runner) setup() error {
 			return fmt.Errorf("seeded bug %q lives in the server, but %s did not enable it (build it with -tags raftlock_seeded_bugs)", r.cfg.seededBug, bin)
 		}
 	}
+	r.startWatch()
 	r.reg = register.New()
 	regURL, err := r.reg.Start()
 	if err != nil {
@@ -323,7 +354,10 @@ func (r *runner) setup() error {
 			"--locks", strings.Join(locks, ","), "--renew="+strconv.FormatBool(id%2 == 0),
 			"--seed", strconv.FormatInt(r.cfg.seed*100+int64(id), 10),
 			"--clock-rate", strconv.FormatFloat(r.clientRates[id], 'f', -1, 64),
-			"--mix", strconv.FormatFloat(r.cfg.mix, 'f', -1, 64))
+			"--mix", strconv.FormatFloat(r.cfg.mix, 'f', -1, 64),
+			"--time-probes", strconv.FormatFloat(r.cfg.timeProbes, 'f', -1, 64),
+			"--ttl-locks", strings.Join(r.cfg.ttlLocks(), ","), "--sess-locks", strings.Join(r.cfg.sessLocks(), ","),
+			"--time-probe-kinds", r.cfg.probeKinds)
 		if r.cfg.mix > 0 {
 			var sems []string
 			for name, limit := range r.cfg.semaphores() {
@@ -456,6 +490,9 @@ func (r *runner) finish(ctx context.Context) {
 	if r.cfg.mix > 0 {
 		r.finishHolds(ctx, cl)
 	}
+	if r.cfg.timeProbes > 0 {
+		r.finishProbes(ctx, cl)
+	}
 	// The closing holds may take a while: the final read gets a fresh bound.
 	fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer fcancel()
@@ -508,6 +545,7 @@ func (r *runner) readFinal(ctx context.Context) []model.NodeState {
 }
 
 func (r *runner) teardown() {
+	r.endWatch()
 	r.mu.Lock()
 	for _, c := range r.clients {
 		c.Process.Kill()

@@ -76,9 +76,10 @@ func runChecker(t *testing.T, bin string, env []string, args ...string) (int, st
 	// A history with a violation can send porcupine on a long search (a
 	// 20%-fast clock's run once spent over a minute there on a loaded
 	// machine); bound it, so the run ends with its verdicts in time.
-	// --mix 0: these runs are tuned to provoke lock bugs; the issue-15
-	// cycles would only thin them out (a test may pass --mix itself).
-	args = append([]string{"--raftlock-bin", bins.raftlock, "--out", out, "--snapshot-wait", "0", "--lin-timeout", "20s", "--mix", "0"}, args...)
+	// --mix 0 and --time-probes 0: these runs are tuned to provoke lock
+	// bugs; the issue-15 cycles and the time probes would only thin them
+	// out (a test may pass either itself).
+	args = append([]string{"--raftlock-bin", bins.raftlock, "--out", out, "--snapshot-wait", "0", "--lin-timeout", "20s", "--mix", "0", "--time-probes", "0"}, args...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var buf bytes.Buffer
@@ -323,6 +324,96 @@ func restoreCrashRun(t *testing.T, env []string) (int, string) {
 	if crashes == 0 || others > 0 {
 		t.Fatalf("%d restore-crash faults crashed their leader at the crash point, %d did not: the run proves nothing\n%s", crashes, others, report)
 	}
+	return code, report
+}
+
+// tick-only-when-due (in the server): the leader loop before the FSM clock
+// was stamped at least every TickInterval. It writes a tick only when a
+// deadline falls due, so while leases run far from their deadlines and no
+// client writes, no entry moves the FSM clock, and a new leader counts
+// from the last one: a leader kill restarts every running lease. One
+// client abandons leases of 3-10 s and probes them (the cluster stays
+// quiet between its writes), and the leader is killed every few seconds:
+// the probe's reads find a lease held past its bound, (l).
+func TestSeededBugTickOnlyWhenDue(t *testing.T) {
+	code, report := tickRun(t, []string{"RAFTLOCK_SEEDED_BUG=tick-only-when-due"})
+	if code != 1 || !strings.Contains(verdict(report, "l"), "FAIL") {
+		t.Fatalf("exit status %d, want 1 with (l) failing\n%s", code, report)
+	}
+}
+
+// The same run on the same server build without the variable passes, and
+// (l) judged leases after their bound.
+func TestLeaseEndBoundPassesOnCorrectServer(t *testing.T) {
+	code, report := tickRun(t, nil)
+	if code != 0 || !strings.Contains(verdict(report, "l"), "PASS") {
+		t.Fatalf("exit status %d, want 0 with (l) passing (not NOT CHECKED)\n%s", code, report)
+	}
+}
+
+func tickRun(t *testing.T, env []string) (int, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end run of about 40 s")
+	}
+	build(t)
+	checker := bins.checker
+	if env != nil {
+		checker = bins.seeded
+	}
+	code, report := runChecker(t, checker, env,
+		"--raftlock-bin", bins.seededServer, "--duration", "30s", "--seed", "4242", "--clients", "1", "--locks", "1",
+		"--time-probes", "1", "--time-probe-kinds", "abandon", "--faults", "leader-kill", "--calm-min", "1s", "--calm-max", "3s")
+	t.Logf("verdicts:\n%s\n%s", verdict(report, "c"), verdict(report, "l"))
+	return code, report
+}
+
+// waiter-late (in the server): the leader serves a lock's parked acquires
+// 4 s late. Three clients hand one lock off (hold 0.2-1 s, release) while
+// the others park for it: a waiter is granted long after the release that
+// freed the lock, with no fault near, (m).
+func TestSeededBugWaiterLate(t *testing.T) {
+	code, report := wakeRun(t, []string{"RAFTLOCK_SEEDED_BUG=waiter-late"})
+	if code != 1 || !strings.Contains(verdict(report, "m"), "FAIL") {
+		t.Fatalf("exit status %d, want 1 with (m) failing\n%s", code, report)
+	}
+}
+
+// session-late (in the server): every session lasts 3 s past its TTL.
+// Sessions abandoned with a lock in them are probed: a read after the
+// session's bound still shows its lease, (n).
+func TestSeededBugSessionLate(t *testing.T) {
+	code, report := wakeRun(t, []string{"RAFTLOCK_SEEDED_BUG=session-late"})
+	if code != 1 || !strings.Contains(verdict(report, "n"), "FAIL") {
+		t.Fatalf("exit status %d, want 1 with (n) failing\n%s", code, report)
+	}
+}
+
+// The clean twin of both: the same run without the variable passes, with
+// (m) and (n) judged, not NOT CHECKED.
+func TestWakeAndSessionBoundsPassOnCorrectServer(t *testing.T) {
+	code, report := wakeRun(t, nil)
+	if code != 0 || !strings.Contains(verdict(report, "m"), "PASS") || !strings.Contains(verdict(report, "n"), "PASS") {
+		t.Fatalf("exit status %d, want 0 with (m) and (n) passing\n%s", code, report)
+	}
+}
+
+// wakeRun runs hand-offs and abandoned sessions alone, with no fault (a
+// wake-up is judged only away from faults).
+func wakeRun(t *testing.T, env []string) (int, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end run of about 35 s")
+	}
+	build(t)
+	checker := bins.checker
+	if env != nil {
+		checker = bins.seeded
+	}
+	code, report := runChecker(t, checker, env,
+		"--raftlock-bin", bins.seededServer, "--duration", "25s", "--seed", "4242", "--clients", "3", "--locks", "1",
+		"--time-probes", "1", "--time-probe-kinds", "handoff,session", "--faults", "")
+	t.Logf("verdicts:\n%s\n%s\n%s", verdict(report, "l"), verdict(report, "m"), verdict(report, "n"))
 	return code, report
 }
 

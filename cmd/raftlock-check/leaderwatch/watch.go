@@ -25,6 +25,7 @@ import (
 // Sample is one endpoint's latest answer.
 type Sample struct {
 	Time   int64 // CLOCK_MONOTONIC when the answer arrived
+	Sent   int64 // CLOCK_MONOTONIC before the request was sent: the node answered after it
 	OK     bool
 	Node   string // X-Raftlock-Node: who answered
 	Leader string
@@ -37,6 +38,9 @@ type Tick struct {
 	Time   int64  `json:"t"`
 	Leader string `json:"leader,omitempty"`
 	Term   uint64 `json:"term,omitempty"`
+	// Alive is when the request of the sample that confirmed Leader was
+	// sent: the leader answered it later, so it was alive then.
+	Alive int64 `json:"alive,omitempty"`
 }
 
 // Watcher polls the endpoints and records the timeline.
@@ -106,6 +110,7 @@ func (w *Watcher) poll(ctx context.Context, i int) {
 }
 
 func (w *Watcher) sample(ctx context.Context, endpoint string) Sample {
+	sent := history.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/v1/cluster", nil)
 	if err != nil {
 		return Sample{Time: history.Now()}
@@ -122,7 +127,7 @@ func (w *Watcher) sample(ctx context.Context, endpoint string) Sample {
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil {
 		return Sample{Time: history.Now()}
 	}
-	return Sample{Time: history.Now(), OK: true, Node: resp.Header.Get("X-Raftlock-Node"), Leader: body.Leader, Term: body.Term}
+	return Sample{Time: history.Now(), Sent: sent, OK: true, Node: resp.Header.Get("X-Raftlock-Node"), Leader: body.Leader, Term: body.Term}
 }
 
 func (w *Watcher) judge(now int64) {
@@ -138,7 +143,7 @@ func Judge(now int64, latest []Sample, fresh time.Duration) Tick {
 	t := Tick{Time: now}
 	for _, s := range latest {
 		if s.OK && s.Node != "" && s.Leader == s.Node && now-s.Time <= int64(fresh) && s.Term >= t.Term {
-			t.Leader, t.Term = s.Leader, s.Term
+			t.Leader, t.Term, t.Alive = s.Leader, s.Term, s.Sent
 		}
 	}
 	return t
@@ -239,4 +244,42 @@ func LeaderAt(ticks []Tick, at int64) string {
 		}
 	}
 	return ""
+}
+
+// Outage is a span in which the FSM clock may have stood still because
+// leadership was lost: from when the last confirmed leader was last known
+// alive (its confirming sample's request was sent: Alive of the last tick
+// that confirmed it) to the first tick that confirmed a leader again,
+// itself or another. Every leaderless span after the first leader makes
+// one, and so does every change of leader or term between two ticks with
+// none between them (a transfer). A leader that stepped down and the
+// moment the watcher noticed may lie anywhere inside.
+type Outage struct {
+	From, To int64
+	// Change: the leader confirmed after it is another node, or the same
+	// in a higher term; otherwise only the watcher's samples were late.
+	Change bool
+}
+
+// Outages lists the outages of a timeline in order.
+func Outages(ticks []Tick) []Outage {
+	var out []Outage
+	var last *Tick // last tick with a confirmed leader
+	gap := false   // a leaderless tick since last
+	for i := range ticks {
+		t := &ticks[i]
+		if t.Leader == "" {
+			gap = gap || last != nil
+			continue
+		}
+		if last != nil && (gap || last.Leader != t.Leader || last.Term != t.Term) {
+			out = append(out, Outage{From: last.Alive, To: t.Time, Change: last.Leader != t.Leader || last.Term != t.Term})
+		}
+		last, gap = t, false
+	}
+	if last != nil && gap {
+		// Leaderless at the end: open to the end of the timeline.
+		out = append(out, Outage{From: last.Alive, To: ticks[len(ticks)-1].Time, Change: true})
+	}
+	return out
 }

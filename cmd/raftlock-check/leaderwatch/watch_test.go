@@ -70,3 +70,31 @@ func TestAnalyseAndNewLeaderAfter(t *testing.T) {
 		t.Errorf("leader at 1.2s: %q, want the last confirmed n1", l)
 	}
 }
+
+func TestOutagesStartWhenTheLeaderWasLastKnownAlive(t *testing.T) {
+	tick := func(at int64, leader string, term uint64) Tick {
+		if leader == "" {
+			return Tick{Time: at * ms}
+		}
+		return Tick{Time: at * ms, Leader: leader, Term: term, Alive: (at - 30) * ms}
+	}
+	ticks := []Tick{
+		tick(0, "", 0), // before the first leader: not an outage
+		tick(50, "n1", 2), tick(100, "n1", 2),
+		tick(150, "", 0), tick(200, "", 0), // killed
+		tick(250, "n2", 3), tick(300, "n2", 3),
+		tick(350, "n3", 4),                                       // a transfer: no leaderless tick
+		tick(400, "n3", 4), tick(450, "", 0), tick(500, "n3", 4), // unconfirmed a while, same term
+		tick(550, "", 0), // leaderless at the end
+	}
+	want := []Outage{{70 * ms, 250 * ms, true}, {270 * ms, 350 * ms, true}, {370 * ms, 500 * ms, false}, {470 * ms, 550 * ms, true}}
+	got := Outages(ticks)
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("outage %d: got %v, want %v", i, got[i], want[i])
+		}
+	}
+}

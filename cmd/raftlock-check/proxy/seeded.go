@@ -25,7 +25,12 @@ var SeededBugs = []string{"grant-over-holder", "early-expiry", "phantom-release"
 // bf12c68: a node holding a backup restore the cluster never committed
 // keeps no record of it, so it serves it and applies the cluster's entries
 // on top of it (the checker sees it with --faults restore-crash: (g), (d)).
-var ServerBugs = []string{"waiter-timeout-release", "restore-lowers-index", "restore-unrecorded"}
+// tick-only-when-due is the leader loop before the FSM clock was stamped at
+// least every TickInterval: a failover restarts every running lease, (l).
+// waiter-late serves a lock's parked acquires 4 s late, (m), and
+// session-late makes sessions last 3 s past their TTL, (n).
+var ServerBugs = []string{"waiter-timeout-release", "restore-lowers-index", "restore-unrecorded",
+	"tick-only-when-due", "waiter-late", "session-late"}
 
 // ServerSide reports whether the named bug lives in the server.
 func ServerSide(name string) bool { return slices.Contains(ServerBugs, name) }

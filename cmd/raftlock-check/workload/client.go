@@ -47,6 +47,14 @@ type Config struct {
 	Mix        float64
 	RWLocks    []string
 	Semaphores map[string]int64 // name -> limit
+	// TimeProbes is the share of cycles that probe the time bounds
+	// (timeprobes.go) on TTLLocks and SessLocks, names of their own.
+	TimeProbes float64
+	TTLLocks   []string
+	SessLocks  []string
+	// ProbeKinds, if set, limits the time probes to these cycles:
+	// "abandon", "session", "handoff" (timeprobes.go).
+	ProbeKinds []string
 }
 
 // Client runs the loop.
@@ -56,8 +64,12 @@ type Client struct {
 	// mix draws every choice of the session, semaphore and shared-lock
 	// cycles, so that with Mix 0 a seed replays the lock workload's choices
 	// exactly as before those cycles existed.
-	mix   *rand.Rand
-	http  *http.Client
+	mix *rand.Rand
+	// tim draws every choice of the time-probe cycles, likewise.
+	tim  *rand.Rand
+	http *http.Client
+	// slow has a timeout past the longest wait a time probe parks.
+	slow  *http.Client
 	seqMu sync.Mutex // a close sent while an acquire of its session is in flight
 	seq   int
 	vals  int // values sent so far
@@ -73,7 +85,8 @@ func New(cfg Config) *Client {
 		MaxIdleConnsPerHost: 4,
 	}
 	return &Client{cfg: cfg, rnd: rand.New(rand.NewSource(cfg.Seed)), mix: rand.New(rand.NewSource(cfg.Seed ^ 0x15)),
-		http: &http.Client{Transport: t, Timeout: cfg.Timeout}, seen: map[string]uint64{}}
+		tim: rand.New(rand.NewSource(cfg.Seed ^ 0x25)), http: &http.Client{Transport: t, Timeout: cfg.Timeout},
+		slow: &http.Client{Transport: t, Timeout: 15*time.Second + cfg.Timeout}, seen: map[string]uint64{}}
 }
 
 func (c *Client) owner() string { return fmt.Sprintf("c%d", c.cfg.ID) }
@@ -94,6 +107,10 @@ func (c *Client) nextID() string {
 // Run loops until ctx ends.
 func (c *Client) Run(ctx context.Context) {
 	for ctx.Err() == nil {
+		if c.cfg.TimeProbes > 0 && len(c.cfg.TTLLocks) > 0 && c.tim.Float64() < c.cfg.TimeProbes {
+			c.timeCycle(ctx)
+			continue
+		}
 		if c.cfg.Mix > 0 && c.mix.Float64() < c.cfg.Mix {
 			c.holdCycle(ctx)
 			continue
@@ -268,11 +285,16 @@ func (c *Client) call(e history.Entry, path string, body any) history.Entry {
 
 // callOn sends one lock request to node, journalling it.
 func (c *Client) callOn(node string, e history.Entry, path string, body any) history.Entry {
+	return c.post(c.http, node, e, path, body)
+}
+
+// post sends one lock request to node with hc, journalling it.
+func (c *Client) post(hc *http.Client, node string, e history.Entry, path string, body any) history.Entry {
 	b, _ := json.Marshal(body)
 	e.Kind, e.ID, e.Client, e.Node = "call", c.nextID(), c.cfg.ID, node
 	e.Time = history.Now()
 	c.cfg.Journal.Write(e)
-	resp, err := c.http.Post(node+path, "application/json", bytes.NewReader(b))
+	resp, err := hc.Post(node+path, "application/json", bytes.NewReader(b))
 	r := c.classify(resp, err)
 	r.ID, r.Client, r.Node = e.ID, e.Client, node
 	c.cfg.Journal.Write(r)
