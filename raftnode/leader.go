@@ -80,6 +80,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			log.Warn("publishing own address failed", "error", err)
 		}
 	}
+	n.ensureClusterID(log)
 	for {
 		wait := n.untilNextTick(term)
 		if wait <= 0 {

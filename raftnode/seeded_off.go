@@ -2,7 +2,11 @@
 
 package raftnode
 
-import "context"
+import (
+	"context"
+
+	"github.com/raftlock/raftlock/fsm"
+)
 
 // seededWaiterTimeoutRelease, seededRestoreLowersIndex,
 // seededRestoreUnrecorded and seededTickOnlyWhenDue are false in every ordinary build: the seeded
@@ -19,6 +23,6 @@ func seededArmRestoreCrash(bool) {}
 func seededRestoreInstalled()    {}
 
 // seededInstallBackup is never called in an ordinary build.
-func (n *Node) seededInstallBackup(context.Context, BackupInfo, []byte) error {
+func (n *Node) seededInstallBackup(context.Context, BackupInfo, *fsm.Machine) error {
 	panic("raftnode: seeded bug called in an ordinary build")
 }

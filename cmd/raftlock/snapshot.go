@@ -56,10 +56,16 @@ come back with their holders, tokens and remaining lease time; locks taken
 since are gone. Every fencing token granted after the restore is larger than
 every token granted before it, so fenced resources refuse the old holders'
 late writes as usual. A damaged or foreign file is refused and changes
-nothing. Needs an admin token.
+nothing, and so is a file whose records the API would refuse (names, owners,
+ids, TTLs, deadlines, tokens above the file's index). A backup carries its
+cluster's id: another cluster's backup, or one taken by a build before
+cluster ids, is refused unless --allow-other-cluster is given (to rebuild a
+cluster from another's backup). The cluster keeps its own id and members.
+Needs an admin token.
 
 Example:
   raftlock snapshot restore /backups/raftlock.snap
+  raftlock snapshot restore --allow-other-cluster /backups/old-cluster.snap
 `
 
 func snapshotCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -108,7 +114,7 @@ func snapshotInspectCmd(args []string, stdout, stderr io.Writer, environ env) in
 		return c.fail(err)
 	}
 	defer f.Close()
-	info, _, err := raftnode.ReadBackup(f)
+	info, _, err := raftnode.DecodeBackup(f)
 	if err != nil {
 		fmt.Fprintf(stderr, "raftlock snapshot inspect: %s: checksum or format NOT OK: %v\n", pos[0], err)
 		if asJSON {
@@ -126,6 +132,8 @@ func snapshotInspectCmd(args []string, stdout, stderr io.Writer, environ env) in
 func snapshotRestoreCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c := newCLI("snapshot restore", snapshotRestoreHelp, stdout, stderr)
 	c.conn = addConnFlags(c.fs, 5*time.Minute, true)
+	var opts client.RestoreOptions
+	c.fs.BoolVar(&opts.AllowOtherCluster, "allow-other-cluster", false, "restore a backup of another cluster, or one without a cluster id")
 	pos, code, ok := c.parse(args, environ, 1, 1)
 	if !ok {
 		return code
@@ -141,7 +149,7 @@ func snapshotRestoreCmd(args []string, stdout, stderr io.Writer, environ env) in
 		return exitUsage
 	}
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
-		if err := cl.RestoreSnapshot(ctx, data); err != nil {
+		if err := cl.RestoreSnapshotWith(ctx, data, opts); err != nil {
 			return c.fail(err)
 		}
 		if c.conn.json {
@@ -158,11 +166,15 @@ func (c *cli) printInfo(file string, info raftnode.BackupInfo) {
 	sum := hex.EncodeToString(info.SHA256[:])
 	if c.conn != nil && c.conn.json {
 		c.printJSON(map[string]any{"file": file, "ok": true, "index": info.Index, "term": info.Term, "locks": info.Locks,
-			"size": info.Size, "fsm_size": info.FSMSize, "sha256": sum})
+			"size": info.Size, "fsm_size": info.FSMSize, "sha256": sum, "cluster_id": info.ClusterID})
 		return
 	}
-	fmt.Fprintf(c.stdout, "%s: index %d, term %d, %d locks, %d bytes, sha256 %s, checksum OK\n",
-		file, info.Index, info.Term, info.Locks, info.Size, sum)
+	cluster := info.ClusterID
+	if cluster == "" {
+		cluster = "none (taken before cluster ids)"
+	}
+	fmt.Fprintf(c.stdout, "%s: index %d, term %d, %d locks, %d bytes, cluster %s, sha256 %s, checksum OK\n",
+		file, info.Index, info.Term, info.Locks, info.Size, cluster, sum)
 }
 
 // writePrivate writes data to path, mode 0600, through a temporary file in
