@@ -71,6 +71,9 @@ func TestRestoreRefusesAnotherClustersBackup(t *testing.T) {
 		}
 		return true
 	})
+	if st, err := leader.Status(); err != nil || st.ClusterID != leader.ClusterID() {
+		t.Fatalf("status shows cluster id %q (%v), want %s", st.ClusterID, err, leader.ClusterID())
+	}
 	info, _, err := raftnode.ParseBackup(other)
 	if err != nil || info.ClusterID == "" || info.ClusterID == leader.ClusterID() {
 		t.Fatalf("b's backup: %+v %v, want a cluster id other than a's %s", info, err, leader.ClusterID())
