@@ -278,17 +278,11 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	}
 	// A node that cannot stop (raft wedged under it) still ends: what it
 	// acknowledged is in its durable log, as after a crash.
-	stopped := make(chan struct{})
-	defer close(stopped)
-	go func() {
-		select {
-		case <-stopped:
-		case <-time.After(cfg.stopTimeout):
-			logger.Error("the node did not stop within --stop-timeout; exiting without finishing (the data dir is as after a crash)",
-				"stop_timeout", cfg.stopTimeout)
-			os.Exit(exitError)
-		}
-	}()
+	defer stopWatchdog(time.After(cfg.stopTimeout), func() {
+		logger.Error("the node did not stop within --stop-timeout; exiting without finishing (the data dir is as after a crash)",
+			"stop_timeout", cfg.stopTimeout)
+		os.Exit(exitError)
+	})()
 	shutdownErr := node.Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -297,6 +291,24 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 		logger.Warn("raft shutdown", "error", shutdownErr)
 	}
 	return nil
+}
+
+// stopWatchdog calls expire when deadline fires, unless the returned stop
+// is called first; stop returns once the watchdog is gone.
+func stopWatchdog(deadline <-chan time.Time, expire func()) (stop func()) {
+	stopped, gone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(gone)
+		select {
+		case <-stopped:
+		case <-deadline:
+			expire()
+		}
+	}()
+	return func() {
+		close(stopped)
+		<-gone
+	}
 }
 
 // serveDebug serves net/http/pprof on its own listener, so profiles are

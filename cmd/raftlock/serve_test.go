@@ -101,3 +101,27 @@ func TestParseServe(t *testing.T) {
 		})
 	}
 }
+
+// The stop timeout's watchdog ends the process (here: calls expire) when
+// the deadline comes before the stop, and never after the stop.
+func TestStopWatchdog(t *testing.T) {
+	deadline := make(chan time.Time, 1)
+	expired := make(chan struct{})
+	stop := stopWatchdog(deadline, func() { close(expired) })
+	deadline <- time.Time{}
+	select {
+	case <-expired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog did not fire at its deadline")
+	}
+	stop()
+
+	deadline = make(chan time.Time, 1)
+	fired := false
+	stop = stopWatchdog(deadline, func() { fired = true })
+	stop() // returns once the watchdog is gone
+	deadline <- time.Time{}
+	if fired {
+		t.Fatal("the watchdog fired after the stop")
+	}
+}
