@@ -194,8 +194,12 @@ type Cluster struct {
 	AppliedIndex uint64 `json:"applied_index"`
 	// CommandVersion is the highest log command format the answering node
 	// understands; absent (0) from older builds.
-	CommandVersion uint8  `json:"command_version,omitempty"`
-	Nodes          []Node `json:"nodes"`
+	CommandVersion uint8 `json:"command_version,omitempty"`
+	// ClusterID is the cluster's id, as the answering node's state holds
+	// it (the one its backups carry); absent before the first leader wrote
+	// one, and from older builds.
+	ClusterID string `json:"cluster_id,omitempty"`
+	Nodes     []Node `json:"nodes"`
 }
 
 // Node is one member of the cluster in Cluster.

@@ -21,20 +21,37 @@ const snapshotTimeout = 10 * time.Minute
 // leader (GET /v1/snapshot, admin token) and returns its bytes. The bytes
 // hold every lease id: keep them private.
 func (c *Client) SaveSnapshot(ctx context.Context) ([]byte, error) {
-	return c.snapshotCall(ctx, http.MethodGet, nil)
+	return c.snapshotCall(ctx, http.MethodGet, "", nil)
 }
 
 // RestoreSnapshot replaces the whole cluster's state with a backup file
 // (POST /v1/snapshot, admin token). A file the leader refuses as damaged
 // or foreign is an *APIError with Status 400, and nothing changed.
 func (c *Client) RestoreSnapshot(ctx context.Context, file []byte) error {
-	_, err := c.snapshotCall(ctx, http.MethodPost, file)
+	return c.RestoreSnapshotWith(ctx, file, RestoreOptions{})
+}
+
+// RestoreOptions changes what a restore accepts.
+type RestoreOptions struct {
+	// AllowOtherCluster restores a backup of another cluster, or one taken
+	// before clusters had ids (?allow_other_cluster=true): without it the
+	// leader refuses such a file with 400.
+	AllowOtherCluster bool
+}
+
+// RestoreSnapshotWith is RestoreSnapshot with options.
+func (c *Client) RestoreSnapshotWith(ctx context.Context, file []byte, opts RestoreOptions) error {
+	query := ""
+	if opts.AllowOtherCluster {
+		query = "?allow_other_cluster=true"
+	}
+	_, err := c.snapshotCall(ctx, http.MethodPost, query, file)
 	return err
 }
 
 // snapshotCall sends to the leader: followers do not forward snapshots, so
 // a 503 sends the client to look the leader up and try again, a few times.
-func (c *Client) snapshotCall(ctx context.Context, method string, body []byte) ([]byte, error) {
+func (c *Client) snapshotCall(ctx context.Context, method, query string, body []byte) ([]byte, error) {
 	var last error
 	for attempt := 0; attempt < 8; attempt++ {
 		if attempt > 0 || c.needLeaderLookup() {
@@ -46,7 +63,7 @@ func (c *Client) snapshotCall(ctx context.Context, method string, body []byte) (
 				return nil, err
 			}
 		}
-		status, header, data, err := c.sendSnapshot(ctx, u, method, body)
+		status, header, data, err := c.sendSnapshot(ctx, u+"/v1/snapshot"+query, method, body)
 		if err != nil {
 			last = fmt.Errorf("%s /v1/snapshot at %s: %w", method, u, err)
 			c.penalize(u, c.backoff(attempt), true)
@@ -79,7 +96,7 @@ func (c *Client) sendSnapshot(ctx context.Context, u, method string, body []byte
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u+"/v1/snapshot", rd)
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
 		return 0, nil, nil, err
 	}

@@ -785,13 +785,16 @@ func (m *Machine) Counts() Counts {
 	return n
 }
 
-// Nodes returns a copy of the node id -> HTTP address table.
+// Nodes returns a copy of the node id -> HTTP address table (without the
+// cluster id the table also keeps, ClusterIDKey).
 func (m *Machine) Nodes() map[string]string {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	out := make(map[string]string, len(m.nodes))
 	for id, addr := range m.nodes {
-		out[id] = addr
+		if id != ClusterIDKey {
+			out[id] = addr
+		}
 	}
 	return out
 }

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"bufio"
-	"bytes"
 	"container/heap"
 	"encoding/binary"
 	"errors"
@@ -34,48 +33,6 @@ const (
 
 // ErrBadSnapshot is returned by Restore for data it cannot read.
 var ErrBadSnapshot = errors.New("fsm: malformed snapshot")
-
-// PrepareRestore rewrites a snapshot that is about to replace a running
-// cluster's state (a backup restored through Raft), at index or later:
-//   - its clock's term becomes 0, a term no log entry has, so the next entry
-//     starts the FSM clock afresh, as a new leader's first entry does,
-//     instead of adding the time since the backup was taken (which would
-//     shorten the restored leases when the backup came from the current
-//     term);
-//   - every lock's, session's and semaphore's index, every tombstone and
-//     the floor become at least index: the restore changed every lock, and
-//     indexes must never go down for watchers that saw later ones before it.
-//
-// Every replica installs the same rewritten bytes, so they stay identical.
-func PrepareRestore(snap []byte, index uint64) ([]byte, error) {
-	m := New()
-	if err := m.Restore(bytes.NewReader(snap)); err != nil {
-		return nil, err
-	}
-	m.clock.Term = 0
-	for _, e := range m.locks {
-		e.index = max(e.index, index)
-		if e.delayed {
-			e.gone.Index = e.index
-		}
-	}
-	for _, s := range m.sessions {
-		s.s.Index = max(s.s.Index, index)
-	}
-	for _, s := range m.sems {
-		s.index = max(s.index, index)
-	}
-	for _, t := range m.tombs {
-		t.index = max(t.index, index)
-	}
-	m.tombQ = newTombQueue(m.tombs)
-	m.floor = max(m.floor, index)
-	var out bytes.Buffer
-	if _, err := m.Snapshot().WriteTo(&out); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
-}
 
 // Snapshot is a point-in-time copy of the state, taken under the lock so it
 // can be written out while Apply goes on.
@@ -405,11 +362,17 @@ func (m *Machine) Restore(r io.Reader) error {
 		if rd.err == nil && !e.delayed && len(e.holders) == 0 {
 			rd.err = fmt.Errorf("lock %q has no holder", e.name)
 		}
+		if _, dup := n.locks[e.name]; dup && rd.err == nil {
+			rd.err = fmt.Errorf("lock %q twice", e.name)
+		}
 		n.locks[e.name] = e
 	}
 	nodes := rd.uvarint()
 	for i := uint64(0); i < nodes && rd.err == nil; i++ {
 		id := rd.string()
+		if _, dup := n.nodes[id]; dup && rd.err == nil {
+			rd.err = fmt.Errorf("node %q twice", id)
+		}
 		n.nodes[id] = rd.string()
 	}
 	if v >= snapshotVersion3 {
@@ -419,6 +382,9 @@ func (m *Machine) Restore(r io.Reader) error {
 				leases: map[*lease]struct{}{}}
 			s.t = timer{until: s.s.Deadline, name: s.s.ID, kind: timerSession, sess: s, slot: len(n.timers)}
 			n.timers = append(n.timers, &s.t)
+			if _, dup := n.sessions[s.s.ID]; dup && rd.err == nil {
+				rd.err = fmt.Errorf("session %q twice", s.s.ID)
+			}
 			n.sessions[s.s.ID] = s
 		}
 		sems := rd.uvarint()
@@ -430,6 +396,9 @@ func (m *Machine) Restore(r io.Reader) error {
 			}
 			if rd.err == nil && len(s.holders) == 0 {
 				rd.err = fmt.Errorf("semaphore %q has no holder", s.name)
+			}
+			if _, dup := n.sems[s.name]; dup && rd.err == nil {
+				rd.err = fmt.Errorf("semaphore %q twice", s.name)
 			}
 			n.sems[s.name] = s
 		}
@@ -449,6 +418,9 @@ func (m *Machine) Restore(r io.Reader) error {
 		tombs := rd.uvarint()
 		for i := uint64(0); i < tombs && rd.err == nil; i++ {
 			t := &tomb{name: rd.string(), index: rd.uvarint()}
+			if _, dup := n.tombs[t.name]; dup && rd.err == nil {
+				rd.err = fmt.Errorf("tombstone %q twice", t.name)
+			}
 			n.tombs[t.name] = t
 		}
 	}

@@ -156,7 +156,7 @@ func TestOutcomeStateIgnoresWatchBookkeeping(t *testing.T) {
 
 // Restore refuses a snapshot whose records decode but do not fit together,
 // here a lock holder marked as a semaphore permit (Limit 1). Before, every
-// replica installed it (raftnode.ReadBackup behind POST /v1/snapshot checks
+// replica installed it (raftnode.DecodeBackup behind POST /v1/snapshot checks
 // only that the state decodes), and the first entry past the lease's
 // deadline panicked on all of them (the expiry ended a permit of a
 // semaphore that does not exist): the whole cluster stopped at one index.

@@ -24,7 +24,7 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := api.Cluster{ID: st.ID, Leader: st.Leader, Term: st.Term, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex,
-		CommandVersion: fsm.MaxCommandVersion, Nodes: []api.Node{}}
+		CommandVersion: fsm.MaxCommandVersion, ClusterID: st.ClusterID, Nodes: []api.Node{}}
 	for _, n := range st.Nodes {
 		v.Nodes = append(v.Nodes, api.Node{ID: n.ID, RaftAddr: n.RaftAddr, HTTPAddr: n.HTTPAddr, Voter: n.Voter, Leader: n.Leader})
 	}

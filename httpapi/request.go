@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -86,12 +85,7 @@ func ttlOrSession(ttl *int64, session string) error {
 }
 
 // validValue checks a lock's value: UTF-8, at most api.MaxValue bytes.
-func validValue(v string) error {
-	if len(v) > api.MaxValue || !utf8.ValidString(v) {
-		return badRequest("value: must be at most %d bytes of UTF-8", api.MaxValue)
-	}
-	return nil
-}
+func validValue(v string) error { return asBadRequest(api.CheckValue(v)) }
 
 func (r *updateRequest) validate() error {
 	if err := validName(r.Name); err != nil {
@@ -151,44 +145,26 @@ func (r *transferRequest) validate() error { return nil }
 
 func (r *checkRequest) validate() error { return nil }
 
-func validName(name string) error {
-	if len(name) == 0 || len(name) > api.MaxName {
-		return badRequest("name: must be 1 to %d bytes", api.MaxName)
-	}
-	if !utf8.ValidString(name) {
-		return badRequest("name: must be valid UTF-8")
-	}
-	for _, r := range name {
-		if unicode.IsControl(r) {
-			return badRequest("name: must not contain control characters")
-		}
-	}
-	return nil
-}
+func validName(name string) error { return asBadRequest(api.CheckName(name)) }
 
 func validLeaseID(id string) error { return validID("lease_id", id) }
 
 // validID checks a secret id (a lease's or a session's) in field.
-func validID(field, id string) error {
-	if !api.ValidLeaseID(id) {
-		return badRequest("%s: must be %s", field, api.LeaseIDRule)
-	}
-	return nil
-}
+func validID(field, id string) error { return asBadRequest(api.CheckID(field, id)) }
 
 // validOwner checks an owner: at most api.MaxOwner bytes of UTF-8.
-func validOwner(owner string) error {
-	if len(owner) > api.MaxOwner || !utf8.ValidString(owner) {
-		return badRequest("owner: must be at most %d bytes of UTF-8", api.MaxOwner)
-	}
-	return nil
-}
+func validOwner(owner string) error { return asBadRequest(api.CheckOwner(owner)) }
 
 func inRange(field string, v, lo, hi int64) error {
-	if v < lo || v > hi {
-		return badRequest("%s: must be between %d and %d", field, lo, hi)
+	return asBadRequest(api.CheckRange(field, v, lo, hi))
+}
+
+// asBadRequest turns a rule of package api into a 400 (nil stays nil).
+func asBadRequest(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return badRequest("%v", err)
 }
 
 // jsonContentType refuses a request body that is not declared JSON. Beyond

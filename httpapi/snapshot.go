@@ -23,9 +23,11 @@ type Snapshotter interface {
 	// the leader can (store.ErrNotLeader elsewhere).
 	SaveSnapshot(ctx context.Context, w io.Writer) error
 	// RestoreSnapshot replaces the cluster's state with the backup file
-	// read from r. An error with a BadInput() true method means the file
-	// was refused and nothing changed.
-	RestoreSnapshot(ctx context.Context, r io.Reader) error
+	// read from r, as it streams in; allowOtherCluster accepts a backup of
+	// another cluster (or of none). An error with a BadInput() true method
+	// means the file was refused and nothing changed; a read error of r
+	// is returned wrapped.
+	RestoreSnapshot(ctx context.Context, r io.Reader, allowOtherCluster bool) error
 }
 
 const (
@@ -99,33 +101,62 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notLeaderHint(s, store.ErrNotLeader))
 		return
 	}
-	// Past authorize: an admin's upload may be slow, within reason.
-	setReadDeadline(r, time.Now().Add(snapshotTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxSnapshotBody))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		writeError(w, &apiError{http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("snapshot over %d bytes", MaxSnapshotBody)})
-		return
-	case err != nil:
-		writeError(w, badRequest("reading snapshot: %v", err))
-		return
-	}
-	setReadDeadline(r, time.Time{})
-	ctx, cancel := context.WithTimeout(r.Context(), snapshotTimeout)
-	defer cancel()
-	if err := sn.RestoreSnapshot(ctx, bytes.NewReader(body)); err != nil {
-		var bad interface{ BadInput() bool }
-		if errors.As(err, &bad) && bad.BadInput() {
-			writeError(w, badRequest("snapshot refused, nothing changed: %v", err))
+	allow := false
+	if v := r.URL.Query().Get("allow_other_cluster"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			refuseBody(w, r)
+			writeError(w, badRequest("allow_other_cluster: must be true or false"))
 			return
 		}
-		s.log.Warn("snapshot restore failed", "error", err)
-		writeError(w, notLeaderHint(s, err))
+		allow = b
+	}
+	// Past authorize: an admin's upload may be slow, within reason. The
+	// body streams into the restore, which checks the header before it
+	// reads on and never holds the file (raftnode.DecodeBackup).
+	setReadDeadline(r, time.Now().Add(snapshotTimeout))
+	body := &countedBody{r: http.MaxBytesReader(w, r.Body, MaxSnapshotBody)}
+	ctx, cancel := context.WithTimeout(r.Context(), snapshotTimeout)
+	defer cancel()
+	err := sn.RestoreSnapshot(ctx, body, allow)
+	setReadDeadline(r, time.Time{})
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		var bad interface{ BadInput() bool }
+		switch {
+		case errors.As(err, &tooLarge):
+			writeError(w, &apiError{http.StatusRequestEntityTooLarge, api.CodeTooLarge, fmt.Sprintf("snapshot over %d bytes", MaxSnapshotBody)})
+		case errors.As(err, &bad) && bad.BadInput():
+			// The rest of the body is not read: the connection goes.
+			refuseBody(w, r)
+			writeError(w, badRequest("snapshot refused, nothing changed: %v", err))
+		case body.err != nil && !errors.Is(body.err, io.EOF):
+			writeError(w, badRequest("reading snapshot: %v", body.err))
+		default:
+			s.log.Warn("snapshot restore failed", "error", err)
+			writeError(w, notLeaderHint(s, err))
+		}
 		return
 	}
-	s.log.Warn("cluster state restored from an uploaded snapshot", "bytes", len(body), "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]any{"restored": true, "bytes": len(body)})
+	s.log.Warn("cluster state restored from an uploaded snapshot", "bytes", body.n, "remote", r.RemoteAddr, "allow_other_cluster", allow)
+	writeJSON(w, http.StatusOK, map[string]any{"restored": true, "bytes": body.n})
+}
+
+// countedBody counts the bytes read from a request body and keeps its
+// first read error.
+type countedBody struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countedBody) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // notLeaderHint adds the leader's address to a not-leader error: snapshots

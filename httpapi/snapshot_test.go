@@ -37,7 +37,7 @@ func (s *snapStore) SaveSnapshot(ctx context.Context, w io.Writer) error {
 	return err
 }
 
-func (s *snapStore) RestoreSnapshot(ctx context.Context, r io.Reader) error {
+func (s *snapStore) RestoreSnapshot(ctx context.Context, r io.Reader, allowOtherCluster bool) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -37,6 +38,15 @@ const (
 	// MaxBackupSize bounds a backup file a node will read (and the HTTP
 	// body of a restore).
 	MaxBackupSize = 1 << 30
+	// MaxBackupIndex is the highest index a backup may carry: 2^53, the
+	// largest integer a JSON number holds exactly in every client
+	// (JavaScript's doubles), and fencing tokens are indexes. A restore
+	// moves the cluster's log to the backup's index, where raft and the log
+	// stores add to it (hashicorp/raft v1.7.3 panics "log not found" at
+	// every start of a node whose restored index is near 2^64); 2^53 leaves
+	// 2^11 times its own range of headroom below that, and at a million
+	// entries a second a log needs 285 years to reach it.
+	MaxBackupIndex = 1 << 53
 )
 
 // ErrBadBackup is returned for a file that is not a whole, intact backup.
@@ -57,6 +67,9 @@ type BackupInfo struct {
 	FSMSize int64  // bytes of the fsm snapshot
 	Size    int64  // bytes of the whole file
 	SHA256  [sha256.Size]byte
+	// ClusterID is the id of the cluster the backup was taken from; "" for
+	// a backup taken before clusters had ids.
+	ClusterID string
 }
 
 // WriteBackup writes a backup file holding the fsm snapshot snap.
@@ -77,57 +90,120 @@ func WriteBackup(w io.Writer, index, term uint64, snap []byte) (int64, error) {
 	return int64(n), nil
 }
 
-// ReadBackup reads and checks a whole backup file (at most MaxBackupSize
-// bytes): header, checksum, and that the fsm snapshot decodes. It returns the
-// fsm snapshot's bytes.
-func ReadBackup(r io.Reader) (BackupInfo, []byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxBackupSize+1))
-	if err != nil {
-		return BackupInfo{}, nil, fmt.Errorf("read backup: %w", err)
-	}
-	if len(data) > MaxBackupSize {
-		return BackupInfo{}, nil, fmt.Errorf("%w: over %d bytes", ErrBadBackup, MaxBackupSize)
-	}
-	return ParseBackup(data)
-}
-
-// ParseBackup checks a backup file held in memory; see ReadBackup.
-func ParseBackup(data []byte) (BackupInfo, []byte, error) {
-	bad := func(format string, args ...any) (BackupInfo, []byte, error) {
+// DecodeBackup reads a backup file from r and checks it whole (at most
+// MaxBackupSize bytes), in one pass with bounded buffers: the header first
+// (magic, version, an index within MaxBackupIndex, a length within
+// MaxBackupSize), before any more is read; then the fsm snapshot, decoded
+// as it streams through the checksum, so the file is never held in memory,
+// only the state it decodes to; the trailer; and last every record against
+// the API's rules (checkBackupState). It returns the decoded state.
+func DecodeBackup(r io.Reader) (BackupInfo, *fsm.Machine, error) {
+	bad := func(format string, args ...any) (BackupInfo, *fsm.Machine, error) {
 		return BackupInfo{}, nil, fmt.Errorf("%w: "+format, append([]any{ErrBadBackup}, args...)...)
 	}
-	if len(data) < len(backupMagic) || string(data[:len(backupMagic)]) != backupMagic {
+	var head [backupHeader]byte
+	if n, err := io.ReadFull(r, head[:len(backupMagic)]); err != nil || string(head[:n]) != backupMagic {
+		if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return BackupInfo{}, nil, fmt.Errorf("read backup: %w", err)
+		}
 		return bad("wrong magic (not a file written by raftlock snapshot save)")
 	}
-	if len(data) < backupHeader+sha256.Size {
-		return bad("truncated: %d bytes", len(data))
+	if n, err := io.ReadFull(r, head[len(backupMagic):]); err != nil {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return BackupInfo{}, nil, fmt.Errorf("read backup: %w", err)
+		}
+		return bad("truncated: %d bytes", len(backupMagic)+n)
 	}
 	be := binary.BigEndian
-	h := data[len(backupMagic):]
+	h := head[len(backupMagic):]
 	if v := be.Uint32(h); v != backupVersion {
 		return bad("format version %d, this raftlock reads %d", v, backupVersion)
 	}
-	info := BackupInfo{Index: be.Uint64(h[4:]), Term: be.Uint64(h[12:]), Size: int64(len(data))}
+	info := BackupInfo{Index: be.Uint64(h[4:]), Term: be.Uint64(h[12:])}
 	fsmLen := be.Uint64(h[20:])
-	if fsmLen != uint64(len(data)-backupHeader-sha256.Size) {
-		return bad("truncated or padded: header says %d snapshot bytes, file has %d", fsmLen, len(data)-backupHeader-sha256.Size)
+	if info.Index > MaxBackupIndex {
+		return bad("header index %d is above %d, the highest index a restore accepts", info.Index, uint64(MaxBackupIndex))
 	}
-	body := data[:len(data)-sha256.Size]
-	info.SHA256 = sha256.Sum256(body)
-	if !bytes.Equal(info.SHA256[:], data[len(body):]) {
+	if fsmLen > uint64(MaxBackupSize-backupHeader-sha256.Size) {
+		return bad("header says %d snapshot bytes, over the %d-byte limit of a backup file", fsmLen, MaxBackupSize)
+	}
+	sum := sha256.New()
+	sum.Write(head[:])
+	body := &countingReader{r: io.LimitReader(r, int64(fsmLen))}
+	// fsm.Restore reads through this very bufio.Reader (it takes one as
+	// is), so what it leaves unread is known: nothing may be.
+	br := bufio.NewReaderSize(io.TeeReader(body, sum), 64<<10)
+	m := fsm.New()
+	if err := m.Restore(br); err != nil {
+		if body.err != nil && !errors.Is(body.err, io.EOF) {
+			return BackupInfo{}, nil, fmt.Errorf("read backup: %w", body.err)
+		}
+		if body.n < int64(fsmLen) && errors.Is(body.err, io.EOF) {
+			return bad("truncated: header says %d snapshot bytes, file has %d", fsmLen, body.n)
+		}
+		return bad("%v", err)
+	}
+	if _, err := br.ReadByte(); err == nil {
+		return bad("bytes after the end of the state, within the %d the header gives", fsmLen)
+	} else if !errors.Is(err, io.EOF) {
+		return BackupInfo{}, nil, fmt.Errorf("read backup: %w", err)
+	}
+	if body.n != int64(fsmLen) {
+		return bad("truncated: header says %d snapshot bytes, file has %d", fsmLen, body.n)
+	}
+	var trailer [sha256.Size]byte
+	if _, err := io.ReadFull(r, trailer[:]); err != nil {
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return BackupInfo{}, nil, fmt.Errorf("read backup: %w", err)
+		}
+		return bad("truncated: no whole checksum after the snapshot")
+	}
+	copy(info.SHA256[:], sum.Sum(nil))
+	if info.SHA256 != trailer {
 		return bad("checksum mismatch: the file is damaged")
 	}
-	snap := body[backupHeader:]
-	m := fsm.New()
-	if err := m.Restore(bytes.NewReader(snap)); err != nil {
-		return bad("%v", err)
+	var more [1]byte
+	if n, err := io.ReadFull(r, more[:]); n > 0 {
+		return bad("padded: bytes after the checksum")
+	} else if err != nil && !errors.Is(err, io.EOF) {
+		return BackupInfo{}, nil, fmt.Errorf("read backup: %w", err)
 	}
 	if c := m.Clock(); c.Index != info.Index {
 		return bad("header index %d but the snapshot holds index %d", info.Index, c.Index)
 	}
-	info.FSMSize = int64(len(snap))
+	if err := checkBackupState(info, m); err != nil {
+		return bad("%v", err)
+	}
+	info.FSMSize = int64(fsmLen)
+	info.Size = int64(backupHeader) + int64(fsmLen) + sha256.Size
 	info.Locks = m.HeldCount()
-	return info, snap, nil
+	info.ClusterID = m.ClusterID()
+	return info, m, nil
+}
+
+// ParseBackup checks a backup file held in memory (see DecodeBackup) and
+// returns its fsm snapshot's bytes.
+func ParseBackup(data []byte) (BackupInfo, []byte, error) {
+	info, _, err := DecodeBackup(bytes.NewReader(data))
+	if err != nil {
+		return BackupInfo{}, nil, err
+	}
+	return info, data[backupHeader : len(data)-sha256.Size], nil
+}
+
+type countingReader struct {
+	r   io.Reader
+	n   int64
+	err error
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if err != nil {
+		c.err = err
+	}
+	return n, err
 }
 
 // Backup writes a consistent backup of the cluster's state to w. Only the
@@ -169,14 +245,16 @@ func (n *Node) Backup(ctx context.Context, w io.Writer) (BackupInfo, error) {
 	return info, nil
 }
 
-// installBackup hands the backup to Raft's user restore with every lock's
-// index raised to the index Raft installs it at, so none goes down for a
-// watcher. Raft installs it just past its last index, so no command may
-// land between reading that index and the install: appendMu holds new
-// ones off, and a Barrier first puts those already handed over in the log.
-func (n *Node) installBackup(ctx context.Context, info BackupInfo, snap []byte) error {
+// installBackup hands the backup state m to Raft's user restore with every
+// lock's index raised to the index Raft installs it at, so none goes down
+// for a watcher, and the running cluster's node table (fsm.PrepareRestore).
+// Raft installs it just past its last index, so no command may land between
+// reading that index and the install: appendMu holds new ones off, and a
+// Barrier first puts those already handed over in the log. It reports
+// whether raft.Restore was called.
+func (n *Node) installBackup(ctx context.Context, info BackupInfo, m *fsm.Machine) (bool, error) {
 	if seededRestoreLowersIndex {
-		return n.seededInstallBackup(ctx, info, snap) // test builds only (seeded_on.go)
+		return true, n.seededInstallBackup(ctx, info, m) // test builds only (seeded_on.go)
 	}
 	// Nothing may reach the log between reading its last index and the
 	// install, or raft installs past the index recorded below: commands wait
@@ -186,47 +264,111 @@ func (n *Node) installBackup(ctx context.Context, info BackupInfo, snap []byte) 
 	n.appendMu.Lock()
 	defer n.appendMu.Unlock()
 	if err := n.raft.Barrier(n.timeoutFrom(ctx)).Error(); err != nil {
-		return raftError("restore: wait for entries in flight", err)
+		return false, raftError("restore: wait for entries in flight", err)
 	}
 	at := max(info.Index, n.raft.LastIndex()) + 1 // where raft installs it (raft.go restoreUserSnapshot)
-	snap, err := fsm.PrepareRestore(snap, at)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadBackup, err)
-	}
+	m.PrepareRestore(at, n.machine)
 	// From the install until the no-op after it commits, this node's state
 	// is one the cluster may never commit: recorded first, durably, so that
 	// no read and no restart (a kill included) takes it for the cluster's.
 	// Restore's caller settles the record (settleRestore).
 	if err := n.markUnconfirmed(at, n.raft.CurrentTerm(), "backup restore in progress"); err != nil {
-		return err
+		return false, err
 	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(len(snap))}
 	seededArmRestoreCrash(true) // test builds only: crash point restore-installed (seeded_on.go)
-	err = n.raft.Restore(meta, bytes.NewReader(snap), n.timeoutFrom(ctx))
+	err := n.restoreState(ctx, info, m)
 	seededArmRestoreCrash(false)
 	if err != nil {
-		return raftError("restore snapshot", err)
+		return true, raftError("restore snapshot", err)
 	}
-	return nil
+	return true, nil
 }
 
-// Restore replaces the whole cluster's state with a backup, through Raft's
-// user restore: the leader installs it at an index past its last one, so
-// every token granted afterwards is larger than any granted before, and
-// followers receive it as a snapshot. A file that fails ReadBackup's checks
-// is refused (ErrBadBackup) and changes nothing.
-func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
-	info, snap, err := ReadBackup(r)
+// restoreState streams m's snapshot into raft.Restore, which needs its size
+// first: the snapshot is written twice, once to count, so it is never held
+// in memory as bytes beside the state.
+func (n *Node) restoreState(ctx context.Context, info BackupInfo, m *fsm.Machine) error {
+	snap := m.Snapshot()
+	size, err := snap.WriteTo(io.Discard)
 	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := snap.WriteTo(pw)
+		pw.CloseWithError(err)
+	}()
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: size}
+	err = n.raft.Restore(meta, pr, n.timeoutFrom(ctx))
+	pr.CloseWithError(errors.New("restore returned")) // a writer raft stopped reading ends here
+	return err
+}
+
+// RestoreOptions changes what a restore accepts.
+type RestoreOptions struct {
+	// AllowOtherCluster restores a backup whose cluster id is not this
+	// cluster's, or that has none (taken before clusters had ids): a
+	// cluster rebuilt from another's backup.
+	AllowOtherCluster bool
+}
+
+// ErrOtherCluster is a backup refused for its cluster id (an ErrBadBackup).
+var ErrOtherCluster = fmt.Errorf("%w: another cluster's backup", ErrBadBackup)
+
+// checkCluster refuses a backup of another cluster unless opts allow it.
+func (n *Node) checkCluster(info BackupInfo, opts RestoreOptions) error {
+	live := n.machine.ClusterID()
+	switch {
+	case info.ClusterID != "" && info.ClusterID == live:
+		return nil
+	case opts.AllowOtherCluster:
+		n.log.Warn("restoring another cluster's backup, as asked", "backup_cluster_id", info.ClusterID, "cluster_id", live)
+		return nil
+	case info.ClusterID == "":
+		return fmt.Errorf("%w: the backup carries no cluster id (taken by a build before cluster ids); "+
+			"if it is this cluster's, restore it with allow_other_cluster", ErrOtherCluster)
+	case live == "":
+		return fmt.Errorf("%w: this cluster has no id yet (its leader writes one once it leads); "+
+			"retry, or restore with allow_other_cluster", ErrOtherCluster)
+	}
+	return fmt.Errorf("%w: the backup is of cluster %s, this is cluster %s; to rebuild this cluster from it, "+
+		"restore with allow_other_cluster", ErrOtherCluster, info.ClusterID, live)
+}
+
+// Restore replaces the whole cluster's state with a backup of this cluster
+// (RestoreWith, default options).
+func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
+	return n.RestoreWith(ctx, r, RestoreOptions{})
+}
+
+// RestoreWith replaces the whole cluster's state with a backup, through
+// Raft's user restore: the leader installs it at an index past its last
+// one, so every token granted afterwards is larger than any granted before
+// (the backup's own are at most its index), and followers receive it as a
+// snapshot. A file that fails DecodeBackup's checks, or another cluster's
+// backup unless opts allow it, is refused (ErrBadBackup) and changes
+// nothing. A leader whose install failed steps down (stepDownAfterRestore).
+func (n *Node) RestoreWith(ctx context.Context, r io.Reader, opts RestoreOptions) (BackupInfo, error) {
+	if !n.IsLeader() {
+		return BackupInfo{}, ErrNotLeader
+	}
+	info, m, err := DecodeBackup(r)
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	if err := n.checkCluster(info, opts); err != nil {
 		return BackupInfo{}, err
 	}
 	if !n.IsLeader() {
 		return BackupInfo{}, ErrNotLeader
 	}
 	before := n.raft.LastIndex()
-	err = n.installBackup(ctx, info, snap)
+	called, err := n.installBackup(ctx, info, m)
 	n.settleRestore(before, err)
 	if err != nil {
+		if called {
+			n.stepDownAfterRestore(err)
+		}
 		return BackupInfo{}, err
 	}
 	// The machine's last command index is the backup's, far below Raft's
@@ -703,9 +845,28 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) error {
 }
 
 // RestoreSnapshot restores a backup file read from r (httpapi.Snapshotter).
-func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) error {
-	_, err := n.Restore(ctx, r)
+func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader, allowOtherCluster bool) error {
+	_, err := n.RestoreWith(ctx, r, RestoreOptions{AllowOtherCluster: allowOtherCluster})
 	return err
+}
+
+// stepDownAfterRestore runs when raft.Restore failed on this leader: its
+// state may be the backup's, uncommitted (settleRestore recorded it), and a
+// leader in that state serves nothing until a later term settles it. It
+// hands leadership to a follower so the cluster goes on under one whose
+// state is the cluster's; it waits for nothing, so the node can still be
+// stopped. A lone node cannot hand over: it says so.
+func (n *Node) stepDownAfterRestore(cause error) {
+	if !n.IsLeader() {
+		return
+	}
+	n.log.Error("backup restore failed on the leader; stepping down", "error", cause)
+	go func() {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.log.Error("cannot step down after a failed restore; this node serves no reads until a leader settles its state",
+				"error", err)
+		}
+	}()
 }
 
 // parkedNames returns the locks (in a semaphore queue: the semaphores)

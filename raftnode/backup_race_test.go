@@ -72,7 +72,8 @@ func TestRestoreDuringWritesNeverLowersAnIndex(t *testing.T) {
 		}
 	}()
 	<-started
-	if _, err := leader.Restore(ctx, bytes.NewReader(file.Bytes())); err != nil {
+	// Built here, the file has no cluster id.
+	if _, err := leader.RestoreWith(ctx, bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{AllowOtherCluster: true}); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	close(stop)

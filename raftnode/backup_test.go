@@ -15,7 +15,7 @@ import (
 	"github.com/raftlock/raftlock/raftnode"
 )
 
-func validBackup(t *testing.T) []byte {
+func validBackup(t testing.TB) []byte {
 	t.Helper()
 	m := fsm.New()
 	m.ApplyCommand(7, 2, fsm.Command{Op: fsm.OpAcquire, Name: "a", Owner: "o", LeaseID: leaseA, TTL: 60000, Stamp: 1})

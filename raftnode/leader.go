@@ -83,6 +83,7 @@ func (n *Node) leaderLoop(ctx context.Context, ready chan<- struct{}) {
 			log.Warn("publishing own address failed", "error", err)
 		}
 	}
+	n.ensureClusterID(log)
 	for {
 		wait := n.untilNextTick(term)
 		if wait <= 0 {

@@ -32,6 +32,7 @@ func (n *Node) Status() (Status, error) {
 		LastIndex:    n.raft.LastIndex(),
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.raft.AppliedIndex(),
+		ClusterID:    n.machine.ClusterID(),
 	}
 	addrs := n.machine.Nodes()
 	for _, srv := range f.Configuration().Servers {

@@ -28,6 +28,6 @@ func seededArmRestoreCrash(bool) {}
 func seededRestoreInstalled()    {}
 
 // seededInstallBackup is never called in an ordinary build.
-func (n *Node) seededInstallBackup(context.Context, BackupInfo, []byte) error {
+func (n *Node) seededInstallBackup(context.Context, BackupInfo, *fsm.Machine) error {
 	panic("raftnode: seeded bug called in an ordinary build")
 }

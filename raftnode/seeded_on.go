@@ -3,7 +3,6 @@
 package raftnode
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
 )
 
@@ -39,14 +37,10 @@ const seededRestoreWindow = time.Second
 
 // seededInstallBackup is installBackup as it was before the fix: no
 // appendMu, no Barrier, and the install a while after the index is read.
-func (n *Node) seededInstallBackup(ctx context.Context, info BackupInfo, snap []byte) error {
-	snap, err := fsm.PrepareRestore(snap, max(info.Index, n.raft.LastIndex())+1)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadBackup, err)
-	}
+func (n *Node) seededInstallBackup(ctx context.Context, info BackupInfo, m *fsm.Machine) error {
+	m.PrepareRestore(max(info.Index, n.raft.LastIndex())+1, n.machine)
 	time.Sleep(seededRestoreWindow)
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: info.Index, Term: info.Term, Size: int64(len(snap))}
-	if err := n.raft.Restore(meta, bytes.NewReader(snap), n.timeoutFrom(ctx)); err != nil {
+	if err := n.restoreState(ctx, info, m); err != nil {
 		return raftError("restore snapshot", err)
 	}
 	return nil

@@ -55,6 +55,7 @@ type serveConfig struct {
 	logJSON     bool
 	debugAddr   string
 	bodyTimeout time.Duration // time to receive a request body; 0: httpapi's default
+	stopTimeout time.Duration // SIGTERM to exit, at most
 	admission   admissionFlags
 	memoryLimit int64 // soft limit on the Go runtime's memory, bytes; 0: GOMEMLIMIT or none
 
@@ -84,6 +85,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty, never on the API port")
 	fs.DurationVar(&c.bodyTimeout, "http-body-timeout", 10*time.Second, "time a client has to send a request body once its headers are in")
+	fs.DurationVar(&c.stopTimeout, "stop-timeout", 20*time.Second, "after SIGTERM or SIGINT, exit (status 1) after at most this long even if the graceful stop has not finished")
 	fs.DurationVar(&c.node.ElectionTimeout, "election-timeout", time.Second, "Raft election timeout")
 	fs.DurationVar(&c.node.HeartbeatTimeout, "heartbeat-timeout", time.Second, "Raft heartbeat timeout")
 	fs.Uint64Var(&c.node.SnapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
@@ -120,6 +122,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c.node.Peers = p
 	if err := sec.apply(&c); err != nil {
 		return c, err
+	}
+	if c.stopTimeout <= 0 {
+		return c, errors.New("--stop-timeout must be positive")
 	}
 	if c.dev {
 		if c.node.ID == "" {
@@ -266,11 +271,18 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	defer signal.Stop(sig)
 	select {
 	case s := <-sig:
-		logger.Info("shutting down", "signal", s.String())
+		logger.Info("shutting down", "signal", s.String(), "stop_timeout", cfg.stopTimeout)
 	case err := <-serveErr:
 		node.Close()
 		return fmt.Errorf("http server: %w", err)
 	}
+	// A node that cannot stop (raft wedged under it) still ends: what it
+	// acknowledged is in its durable log, as after a crash.
+	defer stopWatchdog(time.After(cfg.stopTimeout), func() {
+		logger.Error("the node did not stop within --stop-timeout; exiting without finishing (the data dir is as after a crash)",
+			"stop_timeout", cfg.stopTimeout)
+		os.Exit(exitError)
+	})()
 	shutdownErr := node.Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -279,6 +291,24 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 		logger.Warn("raft shutdown", "error", shutdownErr)
 	}
 	return nil
+}
+
+// stopWatchdog calls expire when deadline fires, unless the returned stop
+// is called first; stop returns once the watchdog is gone.
+func stopWatchdog(deadline <-chan time.Time, expire func()) (stop func()) {
+	stopped, gone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(gone)
+		select {
+		case <-stopped:
+		case <-deadline:
+			expire()
+		}
+	}()
+	return func() {
+		close(stopped)
+		<-gone
+	}
 }
 
 // serveDebug serves net/http/pprof on its own listener, so profiles are

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseServe(t *testing.T) {
@@ -67,6 +68,13 @@ func TestParseServe(t *testing.T) {
 			}},
 		{name: "bad memory limit", args: []string{"--id", "n1", "--data-dir", "d", "--memory-limit", "640MB"}, wantErr: "not a size"},
 		{name: "zero memory limit", args: []string{"--id", "n1", "--data-dir", "d", "--memory-limit", "0"}, wantErr: "not a size"},
+		{name: "stop timeout", args: []string{"--id", "n1", "--data-dir", "d"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.stopTimeout != 20*time.Second {
+					t.Errorf("default stop timeout %v, want 20s", c.stopTimeout)
+				}
+			}},
+		{name: "zero stop timeout", args: []string{"--id", "n1", "--data-dir", "d", "--stop-timeout", "0s"}, wantErr: "--stop-timeout"},
 		{name: "missing id", args: []string{"--data-dir", "d"}, wantErr: "--id is required"},
 		{name: "missing data dir", args: []string{"--id", "n1"}, wantErr: "--data-dir is required"},
 		{name: "bad peers", args: []string{"--id", "n1", "--data-dir", "d", "--peers", "n1:9001"}, wantErr: "--peers"},
@@ -91,5 +99,29 @@ func TestParseServe(t *testing.T) {
 			}
 			tc.check(t, c)
 		})
+	}
+}
+
+// The stop timeout's watchdog ends the process (here: calls expire) when
+// the deadline comes before the stop, and never after the stop.
+func TestStopWatchdog(t *testing.T) {
+	deadline := make(chan time.Time, 1)
+	expired := make(chan struct{})
+	stop := stopWatchdog(deadline, func() { close(expired) })
+	deadline <- time.Time{}
+	select {
+	case <-expired:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog did not fire at its deadline")
+	}
+	stop()
+
+	deadline = make(chan time.Time, 1)
+	fired := false
+	stop = stopWatchdog(deadline, func() { fired = true })
+	stop() // returns once the watchdog is gone
+	deadline <- time.Time{}
+	if fired {
+		t.Fatal("the watchdog fired after the stop")
 	}
 }

@@ -60,10 +60,16 @@ come back with their holders, tokens and remaining lease time; locks taken
 since are gone. Every fencing token granted after the restore is larger than
 every token granted before it, so fenced resources refuse the old holders'
 late writes as usual. A damaged or foreign file is refused and changes
-nothing. Needs an admin token.
+nothing, and so is a file whose records the API would refuse (names, owners,
+ids, TTLs, deadlines, tokens above the file's index). A backup carries its
+cluster's id: another cluster's backup, or one taken by a build before
+cluster ids, is refused unless --allow-other-cluster is given (to rebuild a
+cluster from another's backup). The cluster keeps its own id and members.
+Needs an admin token.
 
 Example:
   raftlock snapshot restore /backups/raftlock.snap
+  raftlock snapshot restore --allow-other-cluster /backups/old-cluster.snap
 `
 
 func snapshotCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -100,14 +106,14 @@ func snapshotSaveCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	info, snap, err := raftnode.ParseBackup(data)
+	info, machine, err := raftnode.DecodeBackup(bytes.NewReader(data))
 	if err != nil {
 		return c.fail(fmt.Errorf("the leader sent a file that does not check: %w", err))
 	}
 	if err := out.commit(data); err != nil {
 		return c.fail(err)
 	}
-	return c.printInfo(pos[0], info, snap)
+	return c.printInfo(pos[0], info, machine)
 }
 
 func snapshotInspectCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -123,7 +129,7 @@ func snapshotInspectCmd(args []string, stdout, stderr io.Writer, environ env) in
 		return c.fail(err)
 	}
 	defer f.Close()
-	info, snap, err := raftnode.ReadBackup(f)
+	info, machine, err := raftnode.DecodeBackup(f)
 	if err != nil {
 		fmt.Fprintf(stderr, "raftlock snapshot inspect: %s: checksum or format NOT OK: %v\n", pos[0], err)
 		if asJSON {
@@ -134,12 +140,14 @@ func snapshotInspectCmd(args []string, stdout, stderr io.Writer, environ env) in
 	if asJSON {
 		c.conn = &conn{json: true}
 	}
-	return c.printInfo(pos[0], info, snap)
+	return c.printInfo(pos[0], info, machine)
 }
 
 func snapshotRestoreCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c := newCLI("snapshot restore", snapshotRestoreHelp, stdout, stderr)
 	c.conn = addConnFlags(c.fs, 5*time.Minute, true)
+	var opts client.RestoreOptions
+	c.fs.BoolVar(&opts.AllowOtherCluster, "allow-other-cluster", false, "restore a backup of another cluster, or one without a cluster id")
 	pos, code, ok := c.parse(args, environ, 1, 1)
 	if !ok {
 		return code
@@ -155,7 +163,7 @@ func snapshotRestoreCmd(args []string, stdout, stderr io.Writer, environ env) in
 		return exitUsage
 	}
 	return c.withClient(func(ctx context.Context, cl *client.Client) int {
-		if err := cl.RestoreSnapshot(ctx, data); err != nil {
+		if err := cl.RestoreSnapshotWith(ctx, data, opts); err != nil {
 			return c.fail(err)
 		}
 		if c.conn.json {
@@ -169,24 +177,24 @@ func snapshotRestoreCmd(args []string, stdout, stderr io.Writer, environ env) in
 }
 
 // printInfo prints a checked backup: its header, and what its state holds
-// by kind (snap is its state machine snapshot, already checked to decode).
-func (c *cli) printInfo(file string, info raftnode.BackupInfo, snap []byte) int {
+// by kind (machine is its state, decoded and checked).
+func (c *cli) printInfo(file string, info raftnode.BackupInfo, machine *fsm.Machine) int {
 	sum := hex.EncodeToString(info.SHA256[:])
-	m := fsm.New()
-	if err := m.Restore(bytes.NewReader(snap)); err != nil {
-		return c.fail(fmt.Errorf("%s: the state decoded once, not twice: %w", file, err))
-	}
-	n := m.Counts()
+	n := machine.Counts()
 	if c.conn != nil && c.conn.json {
 		// "locks" keeps its meaning for scripts that read it: every lease
 		// held, lock holds and permits together.
 		c.printJSON(map[string]any{"file": file, "ok": true, "index": info.Index, "term": info.Term, "locks": info.Locks,
 			"lock_holds": n.LockHolds, "held_locks": n.Locks, "permits": n.Permits, "semaphores": n.Semaphores, "sessions": n.Sessions,
-			"size": info.Size, "fsm_size": info.FSMSize, "sha256": sum})
+			"size": info.Size, "fsm_size": info.FSMSize, "sha256": sum, "cluster_id": info.ClusterID})
 		return exitOK
 	}
-	fmt.Fprintf(c.stdout, "%s: index %d, term %d, %s, %d bytes, sha256 %s, checksum OK\n",
-		file, info.Index, info.Term, countsText(n), info.Size, sum)
+	cluster := info.ClusterID
+	if cluster == "" {
+		cluster = "none (taken before cluster ids)"
+	}
+	fmt.Fprintf(c.stdout, "%s: index %d, term %d, %s, %d bytes, cluster %s, sha256 %s, checksum OK\n",
+		file, info.Index, info.Term, countsText(n), info.Size, cluster, sum)
 	return exitOK
 }
 

@@ -189,3 +189,35 @@ func testRecover(t *testing.T, logStore string) {
 		t.Fatalf("recover of a running node: exit %d, want %d", r.code, exitError)
 	}
 }
+
+// Another cluster's backup, through the CLI: refused (400, nothing changed)
+// without --allow-other-cluster, restored with it; inspect shows the id.
+func TestSnapshotRestoreOtherClusterNeedsTheFlag(t *testing.T) {
+	a := clustertest.Start(t, 1)
+	b := clustertest.Start(t, 1)
+	clustertest.WaitFor(t, 10*time.Second, "cluster ids", func() bool {
+		return a.Leader().ClusterID() != "" && b.Leader().ClusterID() != ""
+	})
+	acquireToken(t, a.Leader().URL(), "a/lock")
+	acquireToken(t, b.Leader().URL(), "b/lock")
+	file := filepath.Join(t.TempDir(), "b.snap")
+	if r := runCLI(t, nil, "snapshot", "save", "--endpoints", b.Leader().URL(), file); r.code != exitOK {
+		t.Fatalf("save: exit %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, nil, "snapshot", "inspect", file); r.code != exitOK || !strings.Contains(r.stdout, "cluster "+b.Leader().ClusterID()) {
+		t.Fatalf("inspect: exit %d %q, want cluster %s", r.code, r.stdout, b.Leader().ClusterID())
+	}
+	r := runCLI(t, nil, "snapshot", "restore", "--endpoints", a.Leader().URL(), file)
+	if r.code == exitOK || !strings.Contains(r.stderr, "allow_other_cluster") {
+		t.Fatalf("restore of another cluster's backup: exit %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, nil, "get", "--endpoints", a.Leader().URL(), "a/lock"); r.code != exitOK || !strings.Contains(r.stdout, "held by") {
+		t.Fatalf("a refused restore changed the state: exit %d %q", r.code, r.stdout)
+	}
+	if r := runCLI(t, nil, "snapshot", "restore", "--allow-other-cluster", "--endpoints", a.Leader().URL(), file); r.code != exitOK {
+		t.Fatalf("restore with --allow-other-cluster: exit %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, nil, "get", "--endpoints", a.Leader().URL(), "b/lock"); r.code != exitOK || !strings.Contains(r.stdout, "held by") {
+		t.Fatalf("b/lock after the restore: exit %d %q", r.code, r.stdout)
+	}
+}

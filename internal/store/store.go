@@ -117,6 +117,7 @@ type Status struct {
 	LastIndex    uint64 // the last index in this node's log
 	CommitIndex  uint64
 	AppliedIndex uint64
+	ClusterID    string // "" before the first leader wrote one
 	Nodes        []NodeInfo
 }
 
