@@ -82,7 +82,7 @@ func TestWireShapes(t *testing.T) {
 		{Transferred{Leader: "n2"}, `{"leader":"n2"}`},
 		{Transferred{Leader: "n1", Message: "m"}, `{"leader":"n1","message":"m"}`},
 		{Health{"ok"}, `{"status":"ok"}`},
-		// Issue 15: sessions, shared locks, semaphores (docs/API.md).
+		// Sessions, shared locks, semaphores (docs/API.md).
 		{AcquireRequest{Name: "a", Owner: "o", LeaseID: "l", Mode: ModeShared, SessionID: "s"},
 			`{"name":"a","owner":"o","lease_id":"l","mode":"shared","session_id":"s"}`},
 		{Lease{Name: "a", Owner: "o", LeaseID: "l", FencingToken: 7, TTLMs: 1000, SessionID: "s", Mode: ModeShared},

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The fake cluster's sessions and semaphores, after the spec of issue 15:
+// The fake cluster's sessions and semaphores, as docs/API.md specifies them:
 // enough state for the client's mappings and watchdogs; nothing expires by
 // itself (tests end sessions with endSession).
 

@@ -16,7 +16,7 @@ import (
 	"github.com/raftlock/raftlock/internal/clustertest"
 )
 
-// Issue 15 on a real three-node cluster: sessions, semaphores, shared locks.
+// On a real three-node cluster: sessions, semaphores, shared locks.
 
 // countingProxy forwards to one node, counts requests by path, and can be
 // cut: requests then hang until the client gives up.

@@ -90,7 +90,7 @@ func startFlaky(t *testing.T, f *flakyLeader) *Client {
 	return c
 }
 
-// Issue 12: a release that committed while the leader lost leadership was
+// A release that committed while the leader lost leadership was
 // answered 503 no_leader, which promises nothing was applied; the client
 // resent it, got not_holder and reported ErrNotHolder. The server now says
 // 504 unknown_outcome, and not_holder after an unknown release is success.

@@ -25,7 +25,7 @@ const (
 	// OpUpdate replaces the value of a lock its lease holds (the token
 	// stays). Valid only in a version 4 command, like Command.Value.
 	OpUpdate Op = 8
-	// Sessions, semaphores and shared locks (issue 15): valid only in a
+	// Sessions, semaphores and shared locks: valid only in a
 	// version 5 command (DESIGN.md, "Sessions", "Semaphores").
 	OpSessionCreate Op = 9  // SessionID, Owner, TTL, LockDelay; idempotent on SessionID
 	OpSessionRenew  Op = 10 // SessionID; TTL 0 keeps the session's TTL

@@ -16,7 +16,7 @@ type logEntry struct {
 	data        []byte
 }
 
-// Issue 12: with more timers due at one instant than an entry settles, which
+// With more timers due at one instant than an entry settles, which
 // ones it settled depended on the heap's layout, which differs between a
 // replica that replayed the log and one that restored a snapshot. Measured:
 // 5,000 leases with one deadline and lock-delay, the same later entries on

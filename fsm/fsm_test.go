@@ -368,7 +368,7 @@ func TestExpiriesPerEntryAreBounded(t *testing.T) {
 }
 
 // Lookup and ListIndexed read a lock's state and its index at one point of
-// the log (third review): acquires land at odd indexes and releases at even
+// the log: acquires land at odd indexes and releases at even
 // ones, so a held answer must carry an odd index and a free one an even
 // index, however the reads interleave with the applies.
 func TestLookupPairsStateWithItsIndex(t *testing.T) {

@@ -1,6 +1,6 @@
 package raftnode_test
 
-// Found by the third review: docs/API.md promises "an index never goes
+// Docs/API.md promises "an index never goes
 // down", but a backup restored through Raft brought back the backup's lock
 // indexes and tombstones, so a lock taken after the backup read free with an
 // index below one a previous read had returned; a watcher waiting past that

@@ -72,7 +72,7 @@ func TestParseBackupRefusesDamagedFiles(t *testing.T) {
 	}
 }
 
-// Issue 18: a restore through Raft brings back the old holders and tokens on
+// A restore through Raft brings back the old holders and tokens on
 // every node, and every token granted afterwards exceeds every token granted
 // before it; a damaged file is refused and changes nothing.
 func TestBackupRestoreKeepsTokensMonotonic(t *testing.T) {

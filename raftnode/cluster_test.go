@@ -56,7 +56,7 @@ const (
 	leaseB = "lease-b-0123456789abcdef"
 )
 
-// The walk-through of issue 2: a lock taken through a follower survives a
+// A lock taken through a follower survives a
 // kill -9 of the leader with its holder and token.
 func TestLockSurvivesLeaderKill(t *testing.T) {
 	c := clustertest.Start(t, 3)

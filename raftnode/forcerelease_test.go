@@ -35,7 +35,7 @@ func callAs(t *testing.T, token, url string, body any) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
-// Issue 18 end to end over HTTP, through followers: a holder with a
+// End to end over HTTP, through followers: a holder with a
 // lock-delay, a read-write token refused (403), an admin's force release,
 // the holder's renew then not_holder, held during the lock-delay, and
 // another client granted after it with a larger token.

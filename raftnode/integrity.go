@@ -245,7 +245,7 @@ func (g *integrity) hashAt(ctx context.Context, index uint64) ([sha256.Size]byte
 
 // verifyEntry checks a command entry before it is applied and records
 // marks and checks. It panics on a damaged entry: applying it would serve a
-// state no other replica has (issue 13: a lock name changed on disk was
+// state no other replica has (a lock name changed on disk was
 // served as held, and the real lock granted twice).
 func (f *raftFSM) verifyEntry(l *raft.Log) (extension, bool) {
 	x, ok, err := decodeExtension(l.Data, l.Extensions)

@@ -31,7 +31,7 @@ func applyLock(t *testing.T, leader *clustertest.Node, name string) fsm.Result {
 	return r
 }
 
-// Issue 13, on a real store: one byte of a lock name changed in a stopped
+// One byte of a lock name changed in a stopped
 // follower's log store (LOCKNAME0150 → LOCKNAMEX150). Restarted, the follower
 // must stop at that entry, naming its index, instead of serving the changed
 // name as held and the real one as free. The follower restarts in a child

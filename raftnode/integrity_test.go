@@ -17,7 +17,7 @@ func commandLog(index uint64, c fsm.Command, x extension) *raft.Log {
 	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data, Extensions: encodeExtension(data, x)}
 }
 
-// Issue 13: one byte changed in a stored entry (LOCKNAME0150 →
+// One byte changed in a stored entry (LOCKNAME0150 →
 // LOCKNAMEX150) was applied and served. Now every byte of the payload and
 // of the extension is covered: the adapter stops, naming the index, and
 // applies nothing.

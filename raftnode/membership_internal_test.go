@@ -14,7 +14,7 @@ import (
 	"github.com/raftlock/raftlock/fsm"
 )
 
-// Found by the second review: raft.GetConfiguration().Index() is always 0
+// Raft.GetConfiguration().Index() is always 0
 // in hashicorp/raft v1.7.3, so the "refused if the configuration changed
 // since the check" guard of every membership change was no guard, and two
 // leaves checked against the same configuration both went through. Four

@@ -70,7 +70,7 @@ type heldLock struct {
 	token       uint64
 }
 
-// membership drives one cluster through the changes of issue 9 and checks,
+// membership drives one cluster through join, leave and promotion and checks,
 // after each, that every lock is still held by its lease with its token.
 type membership struct {
 	t     *testing.T
@@ -286,7 +286,7 @@ func (w *teeWriter) Write(p []byte) (int, error) {
 	return w.a.Write(p)
 }
 
-// Issue 13 item 5 (first part): malformed joins are refused with 400 naming
+// Malformed joins are refused with 400 naming
 // the field, through a follower too, and change nothing. The old code took
 // "not-an-address" and made it a voter at once.
 func TestJoinRejectsMalformedMembers(t *testing.T) {
@@ -345,7 +345,7 @@ func (a api) members(node *clustertest.Node) (voters, nonvoters []string) {
 	return voters, nonvoters
 }
 
-// Issue 13 item 5: joins of nodes that never come up must not wedge the
+// Joins of nodes that never come up must not wedge the
 // cluster. Two joins to Raft addresses where nothing listens (one with no
 // HTTP address, one whose http_addr is a live node's API, which answers as
 // that node) leave non-voters that are never promoted, while a real node

@@ -18,20 +18,20 @@ import (
 // unless it is set; an ordinary build has no seeded bug at all.
 const SeededBugEnv = "RAFTLOCK_SEEDED_BUG"
 
-// seededWaiterTimeoutRelease reintroduces issue 12's bug for the checker's
+// seededWaiterTimeoutRelease reintroduces a known bug for the checker's
 // seeded test: when a parked acquire's wait runs out while its grant is in
 // flight, the grant is released and its OK still answered.
 var seededWaiterTimeoutRelease = os.Getenv(SeededBugEnv) == "waiter-timeout-release"
 
 // seededRestoreLowersIndex reintroduces the backup-restore bug fixed by
-// appendMu (second review): the restore reads the log's last index, raises
+// appendMu: the restore reads the log's last index, raises
 // every lock's index to it, and installs the backup later, while new
 // commands go on landing in between; a lock written meanwhile then reads a
 // lower index after the restore than one already acknowledged.
 var seededRestoreLowersIndex = os.Getenv(SeededBugEnv) == "restore-lowers-index"
 
 // seededRestoreWindow stands for the time a big backup took to prepare in
-// the review's report (100,000 locks): writes land between the index read
+// a report of a big backup (100,000 locks): writes land between the index read
 // and the install, as they did there, with the checker's small backups too.
 const seededRestoreWindow = time.Second
 
@@ -46,7 +46,7 @@ func (n *Node) seededInstallBackup(ctx context.Context, info BackupInfo, m *fsm.
 	return nil
 }
 
-// seededRestoreUnrecorded reintroduces the bug fixed in bf12c68: no
+// seededRestoreUnrecorded reintroduces the bug the unconfirmed-restore record prevents: no
 // unconfirmed-restore record is made (markUnconfirmed does nothing), so a
 // node holding a backup restore the cluster never committed serves it, says
 // ready, and takes the cluster's batches below the restore's index,

@@ -48,7 +48,7 @@ func mustApply(t *testing.T, c *clustertest.Cluster, cmd fsm.Command, want fsm.S
 
 func sessionLock(i int) string { return fmt.Sprintf("session/lock-%03d", i) }
 
-// Issue 15: a session with TTL 2 s holding 200 locks keeps all 200 for 6 s
+// A session with TTL 2 s holding 200 locks keeps all 200 for 6 s
 // while only the session is renewed; once renewals stop, all are free at
 // one index within the TTL (on the FSM clock: the manual clock moves it);
 // close frees a session's locks at once.

@@ -146,7 +146,7 @@ func TestTLSStreamLayerRefusesStrangers(t *testing.T) {
 		}
 	})
 	t.Run("API client certificate of the same CA dialing", func(t *testing.T) {
-		// Issue 13: one CA signs nodes and API clients; chaining to it
+		// One CA signs nodes and API clients; chaining to it
 		// must not make a Raft peer.
 		srv := layer(t, node.Peer())
 		res := serveOnce(srv)

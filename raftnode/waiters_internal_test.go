@@ -93,7 +93,7 @@ func (r *waitRig) releases() int {
 	return n
 }
 
-// Issue 12: the wait ran out while the head's grant was in flight. The grant
+// The wait ran out while the head's grant was in flight. The grant
 // must stand and be the answer; the old code released it and still answered
 // OK, so the caller held a lock that another client was granted next.
 func TestWaitRunsOutDuringGrantAnswersTheGrant(t *testing.T) {

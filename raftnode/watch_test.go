@@ -135,7 +135,7 @@ func TestPrefixBlockingRead(t *testing.T) {
 	}
 }
 
-// Issue 14's walk-through: successive blocking reads through a follower see
+// Successive blocking reads through a follower see
 // held with value a → value b (update) → renewed with a new TTL → released
 // → held by another lease after the leader is killed, each with a higher
 // index.

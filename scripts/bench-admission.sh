@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-admission.sh: issue 17's admission figures, reproducibly, in one run.
+# bench-admission.sh: the admission figures, reproducibly, in one run.
 #
 #   scripts/bench-admission.sh
 #

@@ -34,7 +34,7 @@ type extConfig struct {
 	timeout   time.Duration
 	interval  time.Duration
 	prefix    string
-	mix       float64 // share of issue-15 cycles (sessions, semaphores, shared locks)
+	mix       float64 // share of mixed cycles (sessions, semaphores, shared locks)
 }
 
 const workloadUsage = `Usage: raftlock-check workload --endpoints URL,URL,... [flags]

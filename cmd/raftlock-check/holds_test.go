@@ -12,7 +12,7 @@ import (
 	"github.com/raftlock/raftlock/cmd/raftlock-check/register"
 )
 
-// The seeded twins of issue 15, at the level of the whole checker: a
+// The seeded twins of the mixed cycles, at the level of the whole checker: a
 // journal in which a session's lock goes to another client while the
 // session must still hold, and one in which limit+1 permits are valid at
 // once, must each make the run FAIL on the right property; the same

@@ -151,7 +151,7 @@ func (rep *report) print(r *runner) {
 			total += counts[k][o]
 		}
 		if total == 0 && k != history.Acquire && k != history.Renew && k != history.Release {
-			continue // e.g. a run without the issue-15 cycles
+			continue // e.g. a run without the mixed cycles
 		}
 		fmt.Fprintf(w, "  %-14s %6d  %s\n", k, total, strings.Join(parts, ", "))
 	}

@@ -22,7 +22,7 @@ func only(vs []model.Violation, id string) []model.Violation {
 	return out
 }
 
-// holdProps are the verdicts of issue 15's properties: (h) sessions, (i)
+// holdProps are the verdicts of the mixed cycles' properties: (h) sessions, (i)
 // semaphores, (j) shared locks, on ops rewritten for (a) (opsA, judged with
 // drift) and for (b)/(e) (opsE); extra holds the closing checks' findings.
 // Each is NOT CHECKED when the run had none of its operations (--mix 0, or
@@ -60,7 +60,7 @@ func concat(vss ...[]model.Violation) []model.Violation {
 	return out
 }
 
-// holdCounts says which issue-15 operations a run made and had acknowledged.
+// holdCounts says which mixed operations a run made and had acknowledged.
 type holdCounts struct {
 	sessions, sessionHolds, shared, permits int
 }
@@ -91,7 +91,7 @@ func countHolds(ops []history.Op) holdCounts {
 	return c
 }
 
-// printHoldFigures shows how hard the issue-15 cycles pressed on their
+// printHoldFigures shows how hard the mixed cycles pressed on their
 // boundaries.
 func printHoldFigures(w io.Writer, ops []history.Op, drift float64, fs []faults.Fault) {
 	c := countHolds(ops)

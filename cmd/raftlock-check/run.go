@@ -51,7 +51,7 @@ type config struct {
 	clockFaults bool
 	leaderRate  float64 // seeded twin beyond the bound: every node's clock rate
 	// mix is the share of client cycles that use sessions, semaphore
-	// permits and shared locks (issue 15), on names of their own.
+	// permits and shared locks, on names of their own.
 	mix float64
 	// timeProbes is the share of client cycles that probe the time bounds
 	// (l), (m), (n), on ttl/N and sttl/N.
@@ -75,7 +75,7 @@ func (c config) names(format string) []string {
 	return out
 }
 
-// rwLocks and semaphores are the names the issue-15 cycles use, as many as
+// rwLocks and semaphores are the names the mixed cycles use, as many as
 // --locks; semaphore i has limit 2 + i%2.
 func (c config) rwLocks() []string {
 	var out []string

@@ -77,7 +77,7 @@ func runChecker(t *testing.T, bin string, env []string, args ...string) (int, st
 	// 20%-fast clock's run once spent over a minute there on a loaded
 	// machine); bound it, so the run ends with its verdicts in time.
 	// --mix 0 and --time-probes 0: these runs are tuned to provoke lock
-	// bugs; the issue-15 cycles and the time probes would only thin them
+	// bugs; the mixed cycles and the time probes would only thin them
 	// out (a test may pass either itself).
 	args = append([]string{"--raftlock-bin", bins.raftlock, "--out", out, "--snapshot-wait", "0", "--lin-timeout", "20s", "--mix", "0", "--time-probes", "0"}, args...)
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -159,7 +159,7 @@ func TestSeededBugSemaphoreOverLimit(t *testing.T) {
 	}
 }
 
-// seededHolds runs the issue-15 cycles alone (--mix 1) against a relay
+// seededHolds runs the mixed cycles alone (--mix 1) against a relay
 // seeded with bug.
 func seededHolds(t *testing.T, bug string) (int, string) {
 	t.Helper()
@@ -173,7 +173,7 @@ func seededHolds(t *testing.T, bug string) (int, string) {
 	return code, report
 }
 
-// waiter-timeout-release (issue 12, in the server itself): a parked acquire
+// waiter-timeout-release (in the server itself): a parked acquire
 // whose wait runs out while its grant is in flight is answered with that
 // grant, which the server has just released. The workload's boundary cycles
 // aim waits at the instants holders release, and retry each grant on another
@@ -215,7 +215,7 @@ func TestSeededServerIsCorrectUnlessAsked(t *testing.T) {
 
 // restore-lowers-index (in the server): a backup restore raises every
 // lock's index to the log's last index and installs the backup a second
-// later without holding writes off, as before appendMu (second review).
+// later without holding writes off, as without appendMu.
 // A lock granted in that second reads a lower index after the restore
 // than the token it was granted: (k) fails (and (f), when a workload read
 // saw the grant). Only restores are injected.
@@ -261,7 +261,7 @@ func restoreRun(t *testing.T, env []string) (int, string) {
 	return code, report
 }
 
-// restore-unrecorded (in the server): the bug fixed in bf12c68. With
+// restore-unrecorded (in the server): the bug the unconfirmed-restore record prevents. With
 // --faults restore-crash the leader that takes a backup restore kills
 // itself once raft has installed it, before any follower has it, and comes
 // back as soon as the others have a leader. Without the unconfirmed-restore

@@ -123,7 +123,7 @@ func (s *singleNode) seed(t *testing.T) {
 	s.stop(t, p)
 }
 
-// Issue 13 item 3: with raft.db gone (term and vote with it) and snapshots
+// With raft.db gone (term and vote with it) and snapshots
 // left, a node used to start from the snapshot without a word, free to vote
 // again in a term it had voted in. It now refuses, says why and names the
 // flag; with the flag it starts.
@@ -147,7 +147,7 @@ func TestServeRefusesLostVoteRecord(t *testing.T) {
 	}
 }
 
-// Issue 13 item 2: a truncated raft.db ended in `fatal error: SIGBUS`, exit
+// A truncated raft.db ended in `fatal error: SIGBUS`, exit
 // 2 (the CLI's code for usage errors). Now: exit 1 and what is wrong.
 func TestServeRefusesTruncatedRaftDB(t *testing.T) {
 	s := newSingleNode(t)
@@ -167,9 +167,8 @@ func TestServeRefusesTruncatedRaftDB(t *testing.T) {
 	}
 }
 
-// Issue 13 item 6: snapshot files hold every lease id and were 0644 in a
-// 0755 directory. The data dir is now private whatever the umask, and even
-// when the operator made it beforehand with a looser mode.
+// Snapshot files hold every lease id: the data dir is private whatever the
+// umask, and even when the operator made it beforehand with a looser mode.
 func TestServeDataDirIsPrivate(t *testing.T) {
 	old := syscall.Umask(0o022) // the common default; the child inherits it
 	defer syscall.Umask(old)
@@ -198,8 +197,8 @@ func TestServeDataDirIsPrivate(t *testing.T) {
 	}
 }
 
-// Issue 16: the WAL became the default log store. A data dir written by a
-// node on the old default (--log-store boltdb), started by this binary with
+// The WAL is the default log store. A data dir written by a node on
+// --log-store boltdb, started by this binary with
 // no --log-store, has its log moved into DATA/wal on start and keeps every
 // lock with its fencing token; started with --log-store boltdb again, the
 // log moves back, still whole. No snapshot is taken (the threshold is out of

@@ -40,7 +40,7 @@ func (d dialStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Co
 	return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", string(addr), d.cfg)
 }
 
-// Issue 13 item 1: the CA that signs node certificates also signs API
+// The CA that signs node certificates also signs API
 // client certificates (--tls-verify-clients). Such a certificate once
 // passed on the Raft port, and one forged AppendEntries made a follower
 // apply a lock held by "mallory". Now a certificate from

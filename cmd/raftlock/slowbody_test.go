@@ -45,7 +45,7 @@ func slowHeaders(addr, auth string) string {
 		"Transfer-Encoding: chunked\r\n\r\n"
 }
 
-// Issue 13 item 4: many clients that send their body at one byte a second
+// Many clients that send their body at one byte a second
 // must not exhaust the server. 300 such connections are all closed by the
 // server once the body timeout passes, and /healthz answers within a second
 // throughout. On the old server (no body deadline) they were never closed.

@@ -26,7 +26,7 @@ func acquireToken(t *testing.T, endpoint, name string) uint64 {
 	return l.FencingToken
 }
 
-// Issue 18, end to end through the CLI: save (through a follower's
+// The backup cycle end to end through the CLI: save (through a follower's
 // endpoint), inspect, refuse a damaged file, restore, and tokens keep growing.
 func TestSnapshotSaveInspectRestore(t *testing.T) {
 	c := clustertest.Start(t, 3)
@@ -100,8 +100,8 @@ func TestSnapshotSaveInspectRestore(t *testing.T) {
 	}
 }
 
-// Issue 18, recovery after losing a quorum, on real processes: of three
-// nodes two are killed for good; the survivor is stopped, recovered as a
+// Recovery after losing a quorum, on real processes: of three nodes two are
+// killed for good; the survivor is stopped, recovered as a
 // cluster of itself, and started: its locks and tokens are there and new
 // tokens are larger.
 func TestRecoverAfterLosingQuorum(t *testing.T) {

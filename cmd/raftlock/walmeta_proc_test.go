@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// Issue 13 item 2 made a truncated raft.db a refusal (exit 1, what is
-// wrong) instead of `fatal error: SIGBUS`. The WAL, now the default log
-// store, keeps its own bolt file, DATA/wal/wal-meta.db (which segment files
-// make up the log); truncated the same way, it was not checked.
+// A truncated raft.db is a refusal (exit 1, what is wrong), not `fatal
+// error: SIGBUS`. The WAL keeps its own bolt file, DATA/wal/wal-meta.db
+// (which segment files make up the log): truncated the same way, it must be
+// refused the same way.
 //
 // Expected: exit 1, naming the damaged file (checkWALMeta). Before that
 // fix: `fatal error: fault` (SIGBUS), exit 2.

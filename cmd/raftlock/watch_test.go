@@ -19,7 +19,7 @@ import (
 )
 
 // watchFake serves lock reads with indexes and blocking reads
-// (?index=N&wait_ms=M), as issue 14's server does, for watch and leader
+// (?index=N&wait_ms=M), as the server does, for watch and leader
 // until the cluster serves them.
 type watchFake struct {
 	mu      sync.Mutex

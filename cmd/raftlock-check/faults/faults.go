@@ -212,7 +212,7 @@ func (in *Injector) pauseHolder(ctx, readyCtx context.Context, leader *cluster.N
 		}
 		in.Rnd.Shuffle(len(locks.Locks), func(i, j int) { locks.Locks[i], locks.Locks[j] = locks.Locks[j], locks.Locks[i] })
 		if hasRWLocks(locks.Locks) && in.Rnd.Intn(2) == 0 {
-			// Half the time pause a holder of an rw lock (the issue-15
+			// Half the time pause a holder of an rw lock (the mixed
 			// cycles' names, often held through a session), so that
 			// sessions run out while their client is stopped.
 			sort.SliceStable(locks.Locks, func(i, j int) bool {
@@ -274,7 +274,7 @@ func countInLog(path, s string) int {
 	return strings.Count(string(b), s)
 }
 
-// hasRWLocks reports whether any lock is one of the issue-15 cycles'
+// hasRWLocks reports whether any lock is one of the mixed cycles'
 // rw locks; without them (--mix 0) the fault draws what it always drew.
 func hasRWLocks(locks []model.LockView) bool {
 	for _, l := range locks {

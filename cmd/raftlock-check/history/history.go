@@ -40,7 +40,7 @@ const (
 	URead   = "uread"  // unfenced register read
 	UWrite  = "uwrite" // unfenced register write
 
-	// Sessions (issue 15): Session names the session; a session's Renew
+	// Sessions: Session names the session; a session's Renew
 	// journals the TTL it keeps (TTLMs), as a lock renew does.
 	SessCreate = "session-create"
 	SessRenew  = "session-renew"

@@ -15,14 +15,14 @@ var SeededBugs = []string{"grant-over-holder", "early-expiry", "phantom-release"
 
 // ServerBugs are seeded into the raftlock server itself, built with the same
 // tag: the checker starts no relay and hands the name to the nodes in
-// RAFTLOCK_SEEDED_BUG. waiter-timeout-release is issue 12's bug: a parked
+// RAFTLOCK_SEEDED_BUG. waiter-timeout-release is a known bug: a parked
 // acquire whose wait runs out while its grant is in flight gets the grant,
 // which the server has just released. restore-lowers-index is the backup
 // restore bug appendMu fixed: commands land between the index a restore
 // raises every lock's index to and the install, so a lock written then
 // reads a lower index after the restore (the checker sees it with
-// --faults restore, property (k)). restore-unrecorded is the bug fixed in
-// bf12c68: a node holding a backup restore the cluster never committed
+// --faults restore, property (k)). restore-unrecorded is the bug the
+// unconfirmed-restore record prevents: a node holding a backup restore the cluster never committed
 // keeps no record of it, so it serves it and applies the cluster's entries
 // on top of it (the checker sees it with --faults restore-crash: (g), (d)).
 // tick-only-when-due is the leader loop before the FSM clock was stamped at

@@ -42,7 +42,7 @@ type Config struct {
 	ClockRate float64
 	Journal   *history.Journal
 	// Mix is the share of cycles that use sessions, semaphore permits or
-	// shared locks (issue 15), on RWLocks and Semaphores, names of their
+	// shared locks, on RWLocks and Semaphores, names of their
 	// own; 0 runs the lock workload alone.
 	Mix        float64
 	RWLocks    []string
@@ -150,7 +150,7 @@ func (c *Client) real(d time.Duration) time.Duration {
 // one clock for every process) and a client refused the lock asks to wait
 // until about that same instant, so waits often run out just as the lock
 // frees and its grant to the head waiter is in flight: the moment when a
-// server must let that grant stand (issue 12).
+// server must let that grant stand.
 const Boundary = 400 * time.Millisecond
 
 // nextBoundary returns the first release instant at least lead after now.
@@ -371,7 +371,7 @@ func (c *Client) classify(resp *http.Response, err error) history.Entry {
 		} `json:"holder"`
 		Value string  `json:"value"`
 		Index *uint64 `json:"index"`
-		// Sessions and semaphores (issue 15).
+		// Sessions and semaphores.
 		SessionID string `json:"session_id"`
 		Slot      int    `json:"slot"`
 		Limit     int64  `json:"limit"`

@@ -64,7 +64,7 @@ func TestClassifyValueIndexAndUpdate(t *testing.T) {
 	}
 }
 
-// The answers of issue 15: a permit's slot, limit and session; the new
+// The answers of the mixed cycles: a permit's slot, limit and session; the new
 // refusals are definite, each with its own outcome.
 func TestClassifyPermitsAndSessions(t *testing.T) {
 	cases := []struct {

@@ -12,7 +12,7 @@ import (
 	"github.com/raftlock/raftlock/cmd/raftlock-check/register"
 )
 
-// The cycles of issue 15: sessions, semaphore permits and shared locks,
+// The mixed cycles: sessions, semaphore permits and shared locks,
 // aimed at the same boundaries as the lock cycle's: waits that end as a
 // permit or lock frees (holders release, and sessions close, on the shared
 // 400 ms schedule), sessions whose TTL runs out while their client is

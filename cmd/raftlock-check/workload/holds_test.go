@@ -17,7 +17,7 @@ import (
 )
 
 // The session, semaphore and shared-lock cycles send what docs/API.md and
-// the issue-15 design ask: exactly one of ttl_ms and session_id, a limit
+// the contract asks for: exactly one of ttl_ms and session_id, a limit
 // with every permit, mode only as "shared", ids by the lease-id rule; and
 // every call is journalled with its answer.
 func TestHoldCyclesSendTheContract(t *testing.T) {
