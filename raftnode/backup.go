@@ -388,10 +388,7 @@ func (n *Node) RestoreWith(ctx context.Context, r io.Reader, opts RestoreOptions
 	}
 	// The leader loop may sleep an hour when no lease existed before:
 	// the restored leases need its ticks to expire on time.
-	select {
-	case n.changed <- struct{}{}:
-	default:
-	}
+	n.wakeLeaderLoop()
 	n.log.Warn("cluster state restored from a backup", "backup_index", info.Index, "backup_term", info.Term, "locks", info.Locks)
 	return info, nil
 }

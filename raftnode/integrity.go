@@ -268,47 +268,6 @@ func (f *raftFSM) afterApply(index uint64, x extension) {
 	}
 }
 
-// applyExt stamps cmd with this leader's clock and commits it through Raft
-// with a checksum and the given flags. It returns the entry's index.
-func (n *Node) applyExt(cmd fsm.Command, x extension) (fsm.Result, uint64, error) {
-	if _, bad := n.Diverged(); bad {
-		return fsm.Result{}, 0, ErrDiverged
-	}
-	// A stamp must be read while this node leads the term its entry is
-	// logged in: the FSM bases a new term's clock on the term's first
-	// stamp, so a stamp read before a step-down (or while still a
-	// candidate) and logged after this node won would count again time the
-	// FSM has already counted (an early expiry). Leading in term before the
-	// stamp and still in term after it means the stamp was read as term's
-	// leader. Format 2 carries term as the stamp's term, so a stall between
-	// here and the offer to Raft costs no time either: the FSM counts no
-	// stamp of another term (fsm/DESIGN.md, "Stale stamps"). Format 1
-	// cannot say; there that stall remains the known limit.
-	term := n.raft.CurrentTerm()
-	if !n.IsLeader() {
-		return fsm.Result{}, 0, ErrNotLeader
-	}
-	cmd.Stamp = n.clock.Now()
-	if n.raft.CurrentTerm() != term {
-		return fsm.Result{}, 0, ErrNotLeader
-	}
-	cmd.Version, cmd.StampTerm = n.commandVersionIn(term), term
-	if !fsm.Fits(cmd, cmd.Version) {
-		// Checked here, with the version this entry is written in: an
-		// entry its own format cannot carry would stop every replica.
-		return fsm.Result{}, 0, fmt.Errorf("%w: %v needs command format %d on every member; this leader may write format %d in term %d", ErrNotSupportedYet, cmd.Op, fsm.MinVersion(cmd), cmd.Version, term)
-	}
-	data := cmd.Encode(nil)
-	n.appendMu.RLock() // a backup restore must see no entry land while it runs (backup.go)
-	f := n.raft.ApplyLog(raft.Log{Data: data, Extensions: encodeExtension(data, x)}, n.cfg.ApplyTimeout)
-	n.appendMu.RUnlock()
-	if err := f.Error(); err != nil {
-		return fsm.Result{}, 0, raftError("apply "+cmd.Op.String(), err)
-	}
-	r, _ := f.Response().(fsm.Result)
-	return r, f.Index(), nil
-}
-
 // Diverged reports whether this node's state differed from the leader's at
 // a state check, and at which index. It stays set until the process stops.
 func (n *Node) Diverged() (index uint64, ok bool) {

@@ -106,6 +106,17 @@ func (n *Node) leaderLoop(ctx context.Context, ready chan<- struct{}) {
 	}
 }
 
+// wakeLeaderLoop asks the leader loop to look at the deadlines again: a
+// lease appeared or moved, so it may be asleep until a later deadline (or
+// an hour, with none) than the one that now falls due first. It never
+// blocks: one pending wake-up is as good as many.
+func (n *Node) wakeLeaderLoop() {
+	select {
+	case n.changed <- struct{}{}:
+	default:
+	}
+}
+
 // barrier waits until every entry of earlier terms is applied here. A
 // Barrier refused for a passing reason (a leadership transfer in progress,
 // which may yet time out and leave this node leading) is retried: giving up

@@ -1,7 +1,9 @@
-// Package raftnode wires the lock state machine to hashicorp/raft: the
-// BoltDB log and stable store, file snapshots, the TCP transport, bootstrap
-// and membership, and the leader's clock ticks. It knows nothing of HTTP
-// handlers; the httpapi package talks to it through a small interface.
+// Package raftnode wires the lock state machine to hashicorp/raft: the log
+// and stable stores (the WAL or BoltDB for the log, BoltDB for the vote
+// record), file snapshots, the TCP transport, bootstrap and membership, the
+// write path and the leader's clock ticks, parked acquires, backup restore
+// and state checks. It knows nothing of HTTP handlers; the httpapi package
+// talks to it through a small interface. DESIGN.md has a map of its files.
 package raftnode
 
 import (
@@ -230,10 +232,7 @@ func (n *Node) open() error {
 // onApplied runs on Raft's FSM goroutine after each command.
 func (n *Node) onApplied(index uint64, op fsm.Op, r fsm.Result) {
 	if op == fsm.OpAcquire && r.Status == fsm.StatusOK {
-		select {
-		case n.changed <- struct{}{}:
-		default:
-		}
+		n.wakeLeaderLoop()
 	}
 	n.metrics.applied(op, r)
 	n.waiters.freed(r.Freed)
