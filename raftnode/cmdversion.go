@@ -13,7 +13,7 @@ import (
 	"github.com/raftlock/raftlock/fsm"
 )
 
-// The command format gate. A node of an older build stops at the first
+// Command formats. A node of an older build stops at the first
 // committed entry in a format it cannot read (by design: answering it
 // differently from the others would split the state), so a leader writes
 // command format 2 or 3 only once every member of the current configuration,
@@ -21,15 +21,15 @@ import (
 // through Config.FetchProgress, read from GET /v1/cluster) that its build
 // reads it. Until then, and in every new term until its first survey, it
 // writes format 1, which every build reads. A force release exists only in
-// format 3 (fsm.OpInVersion): until the gate allows 3 the leader refuses it
+// format 3 (fsm.OpInVersion): until the format rule allows 3 the leader refuses it
 // with ErrNotSupportedYet (writes.go, integrity.go). See fsm/DESIGN.md,
 // "Command versions".
 //
-// The gate also allows what the applied state proves already committed
+// The format rule also allows what the applied state proves already committed
 // (fsm.Machine.ProvenCommandVersion): once a format 5 entry is committed, a
 // member that cannot read it has stopped there for good, so a leader that
 // cannot hear every member (one is down) still writes format 5, and
-// sessions are renewed through a minority's outage (DESIGN.md, "The gate").
+// sessions are renewed through a minority's outage (DESIGN.md, "The format rule").
 
 // cmdFormat is what a survey found: in term, with the configuration at
 // member set configKey, the leader may write version.

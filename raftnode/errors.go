@@ -26,7 +26,7 @@ var (
 	ErrDiverged = store.ErrDiverged
 	// ErrStorage: this node's disk refused a write (storage.go).
 	ErrStorage = store.ErrStorage
-	// ErrNotSupportedYet: the command needs a command format the gate does
+	// ErrNotSupportedYet: the command needs a command format the format rule does
 	// not allow yet (cmdversion.go).
 	ErrNotSupportedYet = store.ErrNotSupportedYet
 	// ErrNoSuccessor, ErrLeadsAlready: a leadership transfer that changed

@@ -313,7 +313,7 @@ func (n *Node) watchIntegrity(interval time.Duration) {
 	// of an unconfirmed restore must be read, and its checks in place,
 	// before raft gets a single entry or snapshot (backup.go).
 	n.unconfirmedPair()
-	n.transport.setGate(n.gateAppend, n.gateSnapshot)
+	n.transport.setScreens(n.screenAppend, n.screenSnapshot)
 	poll := time.NewTicker(time.Second)
 	defer poll.Stop()
 	var next time.Time

@@ -119,12 +119,12 @@ type watchedTransport struct {
 	compactedAt  time.Time
 	compactedFor map[raft.ServerID]time.Time
 
-	// The node's checks of what reaches raft (backup.go gateAppend,
-	// gateSnapshot), set once by setGate, which forward waits for.
-	gateSet      chan struct{}
-	gateAppend   func(*raft.AppendEntriesRequest) *raft.AppendEntriesResponse
-	gateSnapshot func(*raft.InstallSnapshotRequest, bool) (func(bool), error)
-	gateOnce     sync.Once
+	// The node's checks of what reaches raft (unconfirmed.go screenAppend,
+	// screenSnapshot), set once by setScreens, which forward waits for.
+	screensSet     chan struct{}
+	screenAppend   func(*raft.AppendEntriesRequest) *raft.AppendEntriesResponse
+	screenSnapshot func(*raft.InstallSnapshotRequest, bool) (func(bool), error)
+	screensOnce    sync.Once
 
 	// The highest commit index a leader told in an AppendEntries of
 	// commitTerm, the latest term seen (forward's goroutine only).
@@ -134,17 +134,17 @@ type watchedTransport struct {
 func watchTransport(t *raft.NetworkTransport, onAppend func(*raft.AppendEntriesRequest)) *watchedTransport {
 	w := &watchedTransport{NetworkTransport: t, ch: make(chan raft.RPC), done: make(chan struct{}), onAppend: onAppend,
 		unreadableCh: make(chan struct{}, 1), refused: map[raft.ServerID]uint64{}, compactedFor: map[raft.ServerID]time.Time{},
-		gateSet: make(chan struct{})}
+		screensSet: make(chan struct{})}
 	go w.forward()
 	return w
 }
 
-// setGate installs the node's checks and lets RPCs through to raft.
-func (w *watchedTransport) setGate(appendEntries func(*raft.AppendEntriesRequest) *raft.AppendEntriesResponse,
+// setScreens installs the node's checks and lets RPCs through to raft.
+func (w *watchedTransport) setScreens(appendEntries func(*raft.AppendEntriesRequest) *raft.AppendEntriesResponse,
 	snapshot func(*raft.InstallSnapshotRequest, bool) (func(bool), error)) {
-	w.gateOnce.Do(func() {
-		w.gateAppend, w.gateSnapshot = appendEntries, snapshot
-		close(w.gateSet)
+	w.screensOnce.Do(func() {
+		w.screenAppend, w.screenSnapshot = appendEntries, snapshot
+		close(w.screensSet)
 	})
 }
 
@@ -180,7 +180,7 @@ func (w *watchedTransport) keepRefused(m map[raft.ServerID]uint64) {
 // the entries it would send (replication.go replicateTo, setupAppendEntries).
 // A follower whose state rests on a backup restore its cluster may not have
 // committed answers the same way, from its own transport (forward, backup.go
-// gateAppend), to a batch that starts below the restore. The leader's watch
+// screenAppend), to a batch that starts below the restore. The leader's watch
 // compacts its log past that batch (compactPastRefused, per follower),
 // so that the snapshot goes out and the follower's state is the cluster's
 // again. A refused consistency check (NoRetryBackoff), a stale term and a
@@ -208,7 +208,7 @@ func (w *watchedTransport) Close() error {
 	return w.NetworkTransport.Close()
 }
 
-// forward passes RPCs to raft, once the node's checks are in (setGate). It
+// forward passes RPCs to raft, once the node's checks are in (setScreens). It
 // notes the leader's commit index, and lets the node refuse what would put
 // the cluster's entries on top of a state resting on a backup restore the
 // cluster has not committed (backup.go): an AppendEntries the node answers
@@ -216,7 +216,7 @@ func (w *watchedTransport) Close() error {
 // leader told in its term is recorded before raft installs it.
 func (w *watchedTransport) forward() {
 	select {
-	case <-w.gateSet:
+	case <-w.screensSet:
 	case <-w.done:
 		return
 	}
@@ -240,7 +240,7 @@ func (w *watchedTransport) forward() {
 			if req.Term == w.commitTerm {
 				w.commitIndex = max(w.commitIndex, req.LeaderCommitIndex)
 			}
-			if resp := w.gateAppend(req); resp != nil {
+			if resp := w.screenAppend(req); resp != nil {
 				rpc.Respond(resp, nil)
 				continue
 			}
@@ -250,7 +250,7 @@ func (w *watchedTransport) forward() {
 			// AppendEntries of the term (replicateTo jumps to SEND_SNAP),
 			// and the node is then unconfirmed until the next one.
 			pastCommit := req.Term != w.commitTerm || req.LastLogIndex > w.commitIndex
-			after, err := w.gateSnapshot(req, pastCommit)
+			after, err := w.screenSnapshot(req, pastCommit)
 			if err != nil {
 				_, _ = io.Copy(io.Discard, rpc.Reader) // the stream goes on after it
 				rpc.Respond(nil, err)

@@ -367,3 +367,15 @@ func (q *waitQueue) freedSemaphores(names []string) {
 		q.sems.freed(names)
 	}
 }
+
+// parkedNames returns the locks (in a semaphore queue: the semaphores)
+// someone waits for.
+func (q *waitQueue) parkedNames() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	names := make([]string, 0, len(q.locks))
+	for name := range q.locks {
+		names = append(names, name)
+	}
+	return names
+}

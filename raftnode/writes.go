@@ -17,7 +17,7 @@ import (
 // the entry is committed on a quorum and applied here. Only the leader can;
 // others return ErrNotLeader. A force release needs command format 3 on
 // every member, an update or a value format 4, sessions, semaphores and
-// shared locks format 5 (ErrNotSupportedYet until the format gate allows
+// shared locks format 5 (ErrNotSupportedYet until the format rule allows
 // it). A session create without an id gets a fresh one.
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	switch cmd.Op {
@@ -38,7 +38,7 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	case fsm.OpForceRelease:
 		return n.forceRelease(ctx, cmd)
 	}
-	if err := n.gate(ctx, cmd); err != nil {
+	if err := n.requireFormat(ctx, cmd); err != nil {
 		return fsm.Result{}, err
 	}
 	if cmd.Op == fsm.OpSessionCreate && cmd.SessionID == "" {
@@ -48,12 +48,12 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	return n.applyAdmitted(cmd)
 }
 
-// gate refuses early, with ErrNotSupportedYet, a command the format this
+// requireFormat refuses early, with ErrNotSupportedYet, a command the format this
 // leader writes cannot carry (fsm.Fits), once this term's first survey of
 // its members has told it which it may write. applyExt checks again with
-// the version the entry is really written in, since the gate may change in
+// the version the entry is really written in, since the format rule may change in
 // between (a new term, a new member).
-func (n *Node) gate(ctx context.Context, cmd fsm.Command) error {
+func (n *Node) requireFormat(ctx context.Context, cmd fsm.Command) error {
 	v := n.CommandVersion()
 	if fsm.Fits(cmd, v) {
 		return nil
@@ -79,10 +79,10 @@ func (n *Node) gate(ctx context.Context, cmd fsm.Command) error {
 
 // forceRelease writes a force release if every member reads it. The check
 // here answers early; applyExt checks again with the version the entry is
-// really written in, since the gate may change in between (a new term, a
+// really written in, since the format rule may change in between (a new term, a
 // new member).
 func (n *Node) forceRelease(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	if err := n.gate(ctx, cmd); err != nil {
+	if err := n.requireFormat(ctx, cmd); err != nil {
 		return fsm.Result{}, err
 	}
 	r, err := n.applyAdmitted(cmd)
@@ -124,7 +124,7 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 	if !n.IsLeader() {
 		return fsm.Result{}, ErrNotLeader
 	}
-	if err := n.gate(ctx, cmd); err != nil {
+	if err := n.requireFormat(ctx, cmd); err != nil {
 		return fsm.Result{}, err // refused before it parks
 	}
 	if cmd.LeaseID == "" {
