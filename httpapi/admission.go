@@ -292,6 +292,9 @@ func (s *Server) shedEarly(w http.ResponseWriter, r *http.Request, body []byte) 
 	if !ok || !s.leading() {
 		return false
 	}
+	if ps := scopeOf(r.Context()); ps != nil && !inScope(ps, string(name)) {
+		return false // the full path answers 403, which says more than a 429
+	}
 	tenant, byToken := r.Context().Value(tenantKey{}).(string)
 	if !byToken {
 		tenant = noTenant

@@ -87,6 +87,9 @@ func (s *Server) createSession(ctx context.Context, req *sessionCreateRequest) (
 }
 
 func (s *Server) renewSession(ctx context.Context, req *sessionRenewRequest) (int, any, error) {
+	if err := s.maySession(ctx, req.SessionID); err != nil {
+		return 0, nil, err
+	}
 	cmd := fsm.Command{Op: fsm.OpSessionRenew, SessionID: req.SessionID}
 	if req.TTLMs != nil {
 		cmd.TTL = *req.TTLMs
@@ -99,6 +102,9 @@ func (s *Server) renewSession(ctx context.Context, req *sessionRenewRequest) (in
 }
 
 func (s *Server) closeSession(ctx context.Context, req *sessionCloseRequest) (int, any, error) {
+	if err := s.maySession(ctx, req.SessionID); err != nil {
+		return 0, nil, err
+	}
 	cmd := fsm.Command{Op: fsm.OpSessionClose, SessionID: req.SessionID}
 	res, err := s.applyGated(ctx, cmd)
 	if err != nil {
@@ -124,6 +130,9 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		ss, ok := m.Session(id)
 		if !ok {
 			return nil, 0, &apiError{http.StatusNotFound, api.CodeNoSession, "no such session (never created, expired, or closed)"}
+		}
+		if err := sessionInScope(r.Context(), ss); err != nil {
+			return nil, 0, err
 		}
 		return sessionView(m, ss), ss.Index, nil
 	})
