@@ -505,6 +505,12 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, k *watchKey, view 
 		return
 	}
 	if block && r.Header.Get(api.HeaderForwardedBy) == "" {
+		h, err := s.takeRead(r.Context(), *k)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer h.Release()
 		s.park(r.Context(), *k, after, wait)
 		if r.Context().Err() != nil {
 			return // the client went away

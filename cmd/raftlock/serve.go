@@ -56,6 +56,7 @@ type serveConfig struct {
 	debugAddr   string
 	bodyTimeout time.Duration // time to receive a request body; 0: httpapi's default
 	admission   admissionFlags
+	caps        httpapi.TenantCaps
 	memoryLimit int64 // soft limit on the Go runtime's memory, bytes; 0: GOMEMLIMIT or none
 
 	apiTLS     *tls.Config     // HTTPS server config; nil: plain HTTP
@@ -101,6 +102,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return err
 	})
 	fs.IntVar(&c.admission.MaxWaiters, "admission-max-waiters", 0, "parked acquires (wait_ms) shared fairly between tenants on the leader; 0: 50,000, half the node's bound")
+	fs.IntVar(&c.caps.Sessions, "tenant-max-sessions", httpapi.DefaultTenantSessions, "live sessions one tenant (token name; without tokens all sessions are one tenant) may create through the leader; more are 429")
+	fs.IntVar(&c.caps.Waits, "tenant-max-waits", httpapi.DefaultTenantWaits, "acquires with wait_ms one tenant may have parked on the leader; more are 429")
+	fs.IntVar(&c.caps.BlockingReads, "tenant-max-blocking-reads", httpapi.DefaultTenantBlockingReads, "blocking reads (?index=) one tenant may have parked on this node; more are 429")
 	fs.Uint64Var(&c.node.ReadyMaxLag, "ready-max-lag", raftnode.DefaultReadyMaxLag, "a follower this many entries behind the leader's commit index is not ready (/readyz)")
 	fs.BoolVar(&c.node.AllowLostVoteRecord, "allow-lost-vote-record", false, "start although the data dir holds Raft state but raft.db lost its vote record (risk: two leaders in one term)")
 	sec := addSecurityFlags(fs)
@@ -241,7 +245,7 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	// The API's limits (slow bodies, header size, connection and in-flight
 	// caps) come with its server and listener; see httpapi/limits.go.
 	api := httpapi.New(node, httpapi.Options{Logger: logger, Registry: reg, Tokens: cfg.tokens, ForwardTLS: cfg.forwardTLS,
-		Limits: httpapi.Limits{BodyTimeout: cfg.bodyTimeout}, Admission: cfg.admission.options()})
+		Limits: httpapi.Limits{BodyTimeout: cfg.bodyTimeout}, Admission: cfg.admission.options(), Caps: cfg.caps})
 	srv := api.HTTPServer(cfg.apiTLS)
 	ln = api.Listener(ln)
 	if cfg.debugAddr != "" {

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# bench-ramp.sh: what one tenant's ramp costs the others, on a 3-node TLS cluster with tokens.
+#
+#   scripts/bench-ramp.sh            both runs: waits, then reads
+#   MODES=waits scripts/bench-ramp.sh
+#
+# Starts a 3-node cluster (scripts/cluster.sh) with TLS (scripts/certs.sh) and a tokens
+# file of three tenants (admin; tenantA and tenantB, read-write under their own prefixes),
+# then runs scripts/ramp against the leader, on the same cores as the nodes:
+#   waits   tenantA keeps WAITS acquires with wait_ms going on one held lock (60,000)
+#   reads   tenantA keeps READS blocking reads of it going (10,000)
+# while /healthz and /readyz are probed on fresh TLS connections every 20ms and tenantB
+# runs acquire/release cycles. Prints, per run, one JSON line (scripts/ramp: latencies in
+# ms, answers by status) with the leader's RSS before, at its peak (sampled every 0.5s)
+# and after, and the parked acquires the leader counted at their peak. The load average
+# and the disk's fdatasync p50 (scripts/fsync-probe) come first: they say what the
+# figures are worth.
+#
+# Environment:
+#   WAITS, READS  ramp sizes (defaults above)
+#   CONNS         connections the ramp may use (default 4000; the node's cap is 4096)
+#   DURATION      per run (default 20s); RAMP_TIME: time to start all of them (5s)
+#   MODES         runs (default "waits reads")
+#   PORT_BASE     HTTP BASE+1.., Raft BASE+101.. (default 17500)
+#   BENCH_DIR     work dir (default: a fresh one under $TMPDIR or /tmp); KEEP=1 keeps it
+# Serve flags reach the nodes as RAFTLOCK_* variables, e.g. RAFTLOCK_TENANT_MAX_WAITS=2048.
+# Needs: go, jq, curl, openssl.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WAITS=${WAITS:-60000}
+READS=${READS:-10000}
+CONNS=${CONNS:-4000}
+DURATION=${DURATION:-20s}
+RAMP_TIME=${RAMP_TIME:-5s}
+MODES=${MODES:-"waits reads"}
+PORT_BASE=${PORT_BASE:-17500}
+
+log() { echo "bench-ramp: $*" >&2; }
+die() { log "$*"; exit 1; }
+for tool in go jq curl openssl; do command -v "$tool" >/dev/null || die "$tool is required"; done
+
+DIR=${BENCH_DIR:-$(mktemp -d -t raftlock-ramp.XXXXXX)}
+mkdir -p "$DIR"
+DIR=$(cd "$DIR" && pwd)
+export RAFTLOCK_CLUSTER_DIR=$DIR/cluster RAFTLOCK_CLUSTER_BIN=$DIR/raftlock
+export RAFTLOCK_CLUSTER_HTTP_BASE=$PORT_BASE RAFTLOCK_CLUSTER_RAFT_BASE=$((PORT_BASE + 100))
+
+cleanup() {
+	local rc=$?
+	[[ -n ${SAMPLER:-} ]] && kill "$SAMPLER" 2>/dev/null
+	"$ROOT/scripts/cluster.sh" down --purge >/dev/null 2>&1 || true
+	if [[ ${KEEP:-} == 1 ]]; then log "kept $DIR"; else rm -rf "$DIR"; fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "work dir $DIR; building"
+(cd "$ROOT" && go build -o "$DIR/raftlock" ./cmd/raftlock && go build -o "$DIR/ramp" ./scripts/ramp)
+"$ROOT/scripts/certs.sh" "$DIR/certs" n1 >/dev/null 2>&1
+ADMIN=admin-$(openssl rand -hex 16)
+TOK_A=tenant-a-$(openssl rand -hex 16)
+TOK_B=tenant-b-$(openssl rand -hex 16)
+(umask 077 && cat >"$DIR/tokens" <<EOF
+$ADMIN admin root
+$TOK_A read-write tenantA prefix=tenantA/
+$TOK_B read-write tenantB prefix=tenantB/
+EOF
+)
+export RAFTLOCK_TLS_CERT=$DIR/certs/n1.pem RAFTLOCK_TLS_KEY=$DIR/certs/n1-key.pem RAFTLOCK_TLS_CA=$DIR/certs/ca.pem
+export RAFTLOCK_AUTH_TOKENS=$DIR/tokens RAFTLOCK_TOKEN=$ADMIN
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+FSYNC=$("$ROOT/scripts/fsync-probe" "$DIR" 2>/dev/null | tail -1)
+"$ROOT/scripts/cluster.sh" up 3 >/dev/null
+CURL=(curl -sf --cacert "$RAFTLOCK_TLS_CA" -H "Authorization: Bearer $ADMIN")
+id=$("${CURL[@]}" "https://127.0.0.1:$((PORT_BASE + 1))/v1/cluster" | jq -r '.leader')
+i=${id#n}
+URL=https://127.0.0.1:$((PORT_BASE + i))
+PID=$(cat "$DIR/cluster/n$i.pid")
+log "load average at start: $LOAD_BEFORE; fdatasync: $FSYNC; leader $id (pid $PID) at $URL"
+
+rss_mib() { awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$PID/status"; }
+waiters() { "${CURL[@]}" "$URL/metrics" | awk '/^raftlock_admission_waiters / { print $2 }'; }
+
+for mode in $MODES; do
+	n=$WAITS
+	[[ $mode == reads ]] && n=$READS
+	before=$(rss_mib)
+	: >"$DIR/samples"
+	(while sleep 0.5; do echo "$(rss_mib) $(waiters)" >>"$DIR/samples"; done) &
+	SAMPLER=$!
+	out=$("$DIR/ramp" --url "$URL" --ca "$RAFTLOCK_TLS_CA" --ramp-token "$TOK_A" --calm-token "$TOK_B" \
+		--mode "$mode" --n "$n" --conns "$CONNS" --duration "$DURATION" --ramp-time "$RAMP_TIME")
+	kill "$SAMPLER" 2>/dev/null || true
+	wait "$SAMPLER" 2>/dev/null || true
+	SAMPLER=
+	peak=$(sort -n "$DIR/samples" | tail -1 | cut -d' ' -f1)
+	parked=$(awk '$2 > m { m = $2 } END { print m + 0 }' "$DIR/samples")
+	jq -c --arg load "$LOAD_BEFORE" --arg fsync "$FSYNC" --arg b "$before" --arg p "$peak" --arg a "$(rss_mib)" --arg w "$parked" \
+		'. + {load_avg_at_start: $load, fdatasync: $fsync, leader_rss_mib: {before: ($b|tonumber), peak: ($p|tonumber), after: ($a|tonumber)}, leader_parked_acquires_peak: ($w|tonumber)}' <<<"$out"
+done
