@@ -23,6 +23,9 @@
 #   MODES         runs (default "waits reads")
 #   PORT_BASE     HTTP BASE+1.., Raft BASE+101.. (default 17500)
 #   BENCH_DIR     work dir (default: a fresh one under $TMPDIR or /tmp); KEEP=1 keeps it
+#   PROBE_VIA     port: probe the leader's --probe-addr (default); api: its API port, over TLS
+#   PROFILE=1     also take a 10s CPU profile of the leader once the ramp is started, and
+#                 print its top functions (the profile stays in the work dir)
 # Serve flags reach the nodes as RAFTLOCK_* variables, e.g. RAFTLOCK_TENANT_MAX_WAITS=2048.
 # Needs: go, jq, curl, openssl.
 set -euo pipefail
@@ -48,8 +51,9 @@ export RAFTLOCK_CLUSTER_HTTP_BASE=$PORT_BASE RAFTLOCK_CLUSTER_RAFT_BASE=$((PORT_
 
 cleanup() {
 	local rc=$?
-	[[ -n ${SAMPLER:-} ]] && kill "$SAMPLER" 2>/dev/null
-	"$ROOT/scripts/cluster.sh" down --purge >/dev/null 2>&1 || true
+	[[ -n ${SAMPLER:-} ]] && kill "$SAMPLER" 2>/dev/null || true
+	[[ -n ${RAMP:-} ]] && kill "$RAMP" 2>/dev/null || true
+	if [[ ${KEEP:-} == 1 ]]; then "$ROOT/scripts/cluster.sh" down >/dev/null 2>&1 || true; else "$ROOT/scripts/cluster.sh" down --purge >/dev/null 2>&1 || true; fi
 	if [[ ${KEEP:-} == 1 ]]; then log "kept $DIR"; else rm -rf "$DIR"; fi
 	exit "$rc"
 }
@@ -70,6 +74,8 @@ EOF
 )
 export RAFTLOCK_TLS_CERT=$DIR/certs/n1.pem RAFTLOCK_TLS_KEY=$DIR/certs/n1-key.pem RAFTLOCK_TLS_CA=$DIR/certs/ca.pem
 export RAFTLOCK_AUTH_TOKENS=$DIR/tokens RAFTLOCK_TOKEN=$ADMIN
+[[ ${PROFILE:-} == 1 ]] && export RAFTLOCK_DEBUG_ADDR=127.0.0.1:0
+export RAFTLOCK_PROBE_ADDR=127.0.0.1:0
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 FSYNC=$("$ROOT/scripts/fsync-probe" "$DIR" 2>/dev/null | tail -1)
@@ -79,7 +85,11 @@ id=$("${CURL[@]}" "https://127.0.0.1:$((PORT_BASE + 1))/v1/cluster" | jq -r '.le
 i=${id#n}
 URL=https://127.0.0.1:$((PORT_BASE + i))
 PID=$(cat "$DIR/cluster/n$i.pid")
-log "load average at start: $LOAD_BEFORE; fdatasync: $FSYNC; leader $id (pid $PID) at $URL"
+PROBE_URL=$URL
+if [[ ${PROBE_VIA:-port} == port ]]; then
+	PROBE_URL=http://$(grep -o 'serving probes: addr=[0-9.:]*' "$DIR/cluster/n$i.log" | tail -1 | cut -d= -f2)
+fi
+log "load average at start: $LOAD_BEFORE; fdatasync: $FSYNC; leader $id (pid $PID) at $URL, probed at $PROBE_URL"
 
 rss_mib() { awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$PID/status"; }
 waiters() { "${CURL[@]}" "$URL/metrics" | awk '/^raftlock_admission_waiters / { print $2 }'; }
@@ -91,13 +101,28 @@ for mode in $MODES; do
 	: >"$DIR/samples"
 	(while sleep 0.5; do echo "$(rss_mib) $(waiters)" >>"$DIR/samples"; done) &
 	SAMPLER=$!
-	out=$("$DIR/ramp" --url "$URL" --ca "$RAFTLOCK_TLS_CA" --ramp-token "$TOK_A" --calm-token "$TOK_B" \
+	if [[ ${PROFILE:-} == 1 ]]; then
+		dbg=$(grep -o 'serving pprof: addr=[0-9.:]*' "$DIR/cluster/n$i.log" | tail -1 | cut -d= -f2)
+		(sleep "${RAMP_TIME%s}" && curl -sf -o "$DIR/cpu-$mode.pprof" "http://$dbg/debug/pprof/profile?seconds=10") &
+	fi
+	args=(--url "$URL" --probe-url "$PROBE_URL" --ca "$RAFTLOCK_TLS_CA" --ramp-token "$TOK_A" --calm-token "$TOK_B"
 		--mode "$mode" --n "$n" --conns "$CONNS" --duration "$DURATION" --ramp-time "$RAMP_TIME")
+	# The prober is a process of its own, as an orchestrator's is; on the same cores.
+	"$DIR/ramp" "${args[@]}" --role ramp >"$DIR/ramp-$mode.json" &
+	RAMP=$!
+	probe=$("$DIR/ramp" "${args[@]}" --role probe)
+	wait "$RAMP"
+	out=$(jq -c -s '.[0] * .[1]' "$DIR/ramp-$mode.json" <(echo "$probe"))
 	kill "$SAMPLER" 2>/dev/null || true
 	wait "$SAMPLER" 2>/dev/null || true
 	SAMPLER=
 	peak=$(sort -n "$DIR/samples" | tail -1 | cut -d' ' -f1)
 	parked=$(awk '$2 > m { m = $2 } END { print m + 0 }' "$DIR/samples")
 	jq -c --arg load "$LOAD_BEFORE" --arg fsync "$FSYNC" --arg b "$before" --arg p "$peak" --arg a "$(rss_mib)" --arg w "$parked" \
-		'. + {load_avg_at_start: $load, fdatasync: $fsync, leader_rss_mib: {before: ($b|tonumber), peak: ($p|tonumber), after: ($a|tonumber)}, leader_parked_acquires_peak: ($w|tonumber)}' <<<"$out"
+		--arg endload "$(cut -d' ' -f1-3 /proc/loadavg)" \
+		'. + {load_avg_at_start: $load, load_avg_at_end: $endload, fdatasync: $fsync, leader_rss_mib: {before: ($b|tonumber), peak: ($p|tonumber), after: ($a|tonumber)}, leader_parked_acquires_peak: ($w|tonumber)}' <<<"$out"
+	if [[ ${PROFILE:-} == 1 ]]; then
+		wait
+		go tool pprof -top -nodecount 25 "$DIR/raftlock" "$DIR/cpu-$mode.pprof" 2>/dev/null | sed "s/^/$mode profile: /" >&2
+	fi
 done

@@ -54,6 +54,7 @@ type serveConfig struct {
 	logLevel    string
 	logJSON     bool
 	debugAddr   string
+	probeAddr   string
 	bodyTimeout time.Duration // time to receive a request body; 0: httpapi's default
 	admission   admissionFlags
 	caps        httpapi.TenantCaps
@@ -83,6 +84,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&c.dev, "dev", false, "one node with a fresh temporary data dir on 127.0.0.1:8001")
 	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
+	fs.StringVar(&c.probeAddr, "probe-addr", "", "also serve GET /healthz and /readyz, and nothing else, in plain HTTP on this address (e.g. 127.0.0.1:8081), for orchestrators: there a probe waits behind no client's connection or TLS handshake; off when empty")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty, never on the API port")
 	fs.DurationVar(&c.bodyTimeout, "http-body-timeout", 10*time.Second, "time a client has to send a request body once its headers are in")
 	fs.DurationVar(&c.node.ElectionTimeout, "election-timeout", time.Second, "Raft election timeout")
@@ -254,7 +256,18 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 			return err
 		}
 	}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
+	var probeSrv *http.Server
+	if cfg.probeAddr != "" {
+		pln, err := net.Listen("tcp", cfg.probeAddr)
+		if err != nil {
+			node.Close()
+			return fmt.Errorf("probe address %s: %w", cfg.probeAddr, err)
+		}
+		probeSrv = api.ProbeServer()
+		go func() { serveErr <- probeSrv.Serve(api.ProbeListener(pln)) }()
+		logger.Info("serving probes", "addr", pln.Addr().String())
+	}
 	go func() {
 		if cfg.apiTLS != nil {
 			serveErr <- srv.ServeTLS(ln, "", "")
@@ -279,6 +292,9 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(ctx)
+	if probeSrv != nil {
+		probeSrv.Shutdown(ctx)
+	}
 	if shutdownErr != nil {
 		logger.Warn("raft shutdown", "error", shutdownErr)
 	}

@@ -38,7 +38,7 @@ import (
 )
 
 type config struct {
-	url, ca                string
+	url, ca, probeURL      string
 	rampToken, calmToken   string
 	rampPrefix, calmPrefix string
 	mode                   string
@@ -46,11 +46,13 @@ type config struct {
 	rampTime, duration     time.Duration
 	probeEvery             time.Duration
 	waitMs                 int
+	role                   string
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.url, "url", "", "the leader's API URL")
+	flag.StringVar(&c.probeURL, "probe-url", "", "where to probe /healthz and /readyz (default --url)")
 	flag.StringVar(&c.ca, "ca", "", "CA PEM for https")
 	flag.StringVar(&c.rampToken, "ramp-token", "", "bearer token of the ramping tenant")
 	flag.StringVar(&c.calmToken, "calm-token", "", "bearer token of the calm tenant")
@@ -63,7 +65,11 @@ func main() {
 	flag.DurationVar(&c.duration, "duration", 20*time.Second, "how long to run")
 	flag.DurationVar(&c.probeEvery, "probe-every", 20*time.Millisecond, "probe and calm-cycle interval")
 	flag.IntVar(&c.waitMs, "wait-ms", 30000, "wait_ms of each ramping request")
+	flag.StringVar(&c.role, "role", "both", "ramp: only the ramp; probe: only the probes and the calm tenant (run it as a process of its own beside a ramp, as an orchestrator's prober is: in the ramp's process it would wait behind the ramp's own goroutines); both")
 	flag.Parse()
+	if c.probeURL == "" {
+		c.probeURL = c.url
+	}
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "ramp:", err)
 		os.Exit(1)
@@ -85,22 +91,47 @@ func tlsConfig(ca string) (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool}, nil
 }
 
-// series is a set of latencies.
+// series is a set of latencies, each with when it was taken.
 type series struct {
-	mu sync.Mutex
-	ms []float64
+	mu     sync.Mutex
+	ms     []float64
+	at     []time.Time
+	failed int
+}
+
+func (s *series) fail() {
+	s.mu.Lock()
+	s.failed++
+	s.mu.Unlock()
 }
 
 func (s *series) add(d time.Duration) {
 	s.mu.Lock()
 	s.ms = append(s.ms, float64(d.Microseconds())/1000)
+	s.at = append(s.at, time.Now())
 	s.mu.Unlock()
 }
 
-func (s *series) summary() map[string]any {
+// summary is over every sample, and as "steady" over those taken from
+// steadyFrom on (the ramp fully started and its connections made).
+func (s *series) summary(steadyFrom time.Time) map[string]any {
+	out := s.quantiles(time.Time{})
+	out["steady"] = s.quantiles(steadyFrom)
+	if s.failed > 0 {
+		out["failed"] = s.failed // counted above as 30s each
+	}
+	return out
+}
+
+func (s *series) quantiles(from time.Time) map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := slices.Clone(s.ms)
+	var v []float64
+	for i, ms := range s.ms {
+		if !s.at[i].Before(from) {
+			v = append(v, ms)
+		}
+	}
 	slices.Sort(v)
 	q := func(p float64) float64 {
 		if len(v) == 0 {
@@ -213,7 +244,11 @@ func run(c config) error {
 		}
 	}
 	start := time.Now()
-	for i := range c.n {
+	n := c.n
+	if c.role == "probe" {
+		n = 0
+	}
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -229,9 +264,12 @@ func run(c config) error {
 	probe := func(path string, s *series) {
 		for t := time.NewTicker(c.probeEvery); runCtx.Err() == nil; <-t.C {
 			t0 := time.Now()
-			resp, err := probeClient.Get(c.url + path)
+			resp, err := probeClient.Get(c.probeURL + path)
 			if err != nil {
+				// A failed probe is a failed probe: it counts as the
+				// orchestrator's timeout, and by itself.
 				s.add(30 * time.Second)
+				s.fail()
 				continue
 			}
 			io.Copy(io.Discard, resp.Body)
@@ -240,48 +278,55 @@ func run(c config) error {
 		}
 	}
 	var pw sync.WaitGroup
-	pw.Add(3)
-	go func() { defer pw.Done(); probe("/healthz", &health) }()
-	go func() { defer pw.Done(); probe("/readyz", &ready) }()
-	go func() {
-		defer pw.Done()
-		for i := 0; runCtx.Err() == nil; i++ {
-			name := fmt.Sprintf("%scalm-%d", c.calmPrefix, i%8)
-			t0 := time.Now()
-			for runCtx.Err() == nil {
-				t1 := time.Now()
-				st, body, err := post(calmClient, ctx, c.calmToken, "/v1/locks/acquire", map[string]any{"name": name, "owner": "calm", "ttl_ms": 10000})
-				calmTry.add(time.Since(t1))
-				if err != nil {
-					calmCounts.inc("error")
-					time.Sleep(100 * time.Millisecond)
-					continue
-				}
-				calmCounts.inc(strconv.Itoa(st))
-				if st == 429 || st == 503 {
-					time.Sleep(time.Second) // as Retry-After says
-					continue
-				}
-				if st == 200 {
-					calm.add(time.Since(t0))
-					var l struct {
-						LeaseID string `json:"lease_id"`
+	if c.role == "ramp" {
+		<-runCtx.Done()
+	} else {
+		pw.Add(3)
+		go func() { defer pw.Done(); probe("/healthz", &health) }()
+		go func() { defer pw.Done(); probe("/readyz", &ready) }()
+		go func() {
+			defer pw.Done()
+			for i := 0; runCtx.Err() == nil; i++ {
+				name := fmt.Sprintf("%scalm-%d", c.calmPrefix, i%8)
+				t0 := time.Now()
+				for runCtx.Err() == nil {
+					t1 := time.Now()
+					st, body, err := post(calmClient, ctx, c.calmToken, "/v1/locks/acquire", map[string]any{"name": name, "owner": "calm", "ttl_ms": 10000})
+					calmTry.add(time.Since(t1))
+					if err != nil {
+						calmCounts.inc("error")
+						time.Sleep(100 * time.Millisecond)
+						continue
 					}
-					json.Unmarshal(body, &l)
-					post(calmClient, ctx, c.calmToken, "/v1/locks/release", map[string]any{"name": name, "lease_id": l.LeaseID})
+					calmCounts.inc(strconv.Itoa(st))
+					if st == 429 || st == 503 {
+						time.Sleep(time.Second) // as Retry-After says
+						continue
+					}
+					if st == 200 {
+						calm.add(time.Since(t0))
+						var l struct {
+							LeaseID string `json:"lease_id"`
+						}
+						json.Unmarshal(body, &l)
+						post(calmClient, ctx, c.calmToken, "/v1/locks/release", map[string]any{"name": name, "lease_id": l.LeaseID})
+					}
+					break
 				}
-				break
+				time.Sleep(c.probeEvery)
 			}
-			time.Sleep(c.probeEvery)
-		}
-	}()
+		}()
+	}
 	pw.Wait()
 	wg.Wait()
-	out := map[string]any{
-		"mode": c.mode, "n": c.n, "conns": c.conns, "elapsed_s": time.Since(start).Seconds(),
-		"healthz": health.summary(), "readyz": ready.summary(),
-		"calm_acquire": calm.summary(), "calm_acquire_try": calmTry.summary(), "calm_answers": calmCounts.m,
-		"ramp_answers": ramp.m, "ramp_peak_in_flight": peak.Load(),
+	steady := start.Add(c.rampTime + 2*time.Second)
+	out := map[string]any{"mode": c.mode, "elapsed_s": time.Since(start).Seconds()}
+	if c.role != "probe" {
+		out["n"], out["conns"], out["ramp_answers"], out["ramp_peak_in_flight"] = c.n, c.conns, ramp.m, peak.Load()
+	}
+	if c.role != "ramp" {
+		out["healthz"], out["readyz"] = health.summary(steady), ready.summary(steady)
+		out["calm_acquire"], out["calm_acquire_try"], out["calm_answers"] = calm.summary(steady), calmTry.summary(steady), calmCounts.m
 	}
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
