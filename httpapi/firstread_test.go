@@ -3,8 +3,11 @@ package httpapi
 import (
 	"errors"
 	"net"
+	"net/http"
 	"testing"
 	"time"
+
+	"github.com/raftlock/raftlock/api"
 )
 
 // gatedPair is a limitedConn on one end of a pipe, and the other end.
@@ -58,5 +61,29 @@ func TestFirstReadGateWaitsBounded(t *testing.T) {
 	go p.Write([]byte("a"))
 	if _, err := c.Read(make([]byte, 8)); !errors.Is(err, errFirstReadWait) {
 		t.Fatalf("read at a full gate: %v, want errFirstReadWait", err)
+	}
+}
+
+// The probe server answers /healthz and /readyz as the API does, and
+// nothing else: no lock, no metrics, whatever the token.
+func TestProbeServerServesOnlyProbes(t *testing.T) {
+	f := newLeader("n1")
+	ready := false
+	f.ready = func() bool { return ready }
+	h := prefixServer(t, f).ProbeServer().Handler
+	if rec := do(t, h, "GET", "/healthz", ""); rec.Code != http.StatusOK || rec.Header().Get(api.HeaderNode) != "n1" {
+		t.Errorf("/healthz: %d %v", rec.Code, rec.Header())
+	}
+	if rec := do(t, h, "GET", "/readyz", ""); rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz of a node not ready: %d", rec.Code)
+	}
+	ready = true
+	if rec := do(t, h, "GET", "/readyz", ""); rec.Code != http.StatusOK {
+		t.Errorf("/readyz: %d", rec.Code)
+	}
+	for _, path := range []string{"/v1/locks", "/metrics", "/v1/cluster"} {
+		if rec := do(t, h, "GET", path, "", bearerOf(tokAdmin)...); rec.Code != http.StatusNotFound {
+			t.Errorf("%s on the probe server: %d, want 404", path, rec.Code)
+		}
 	}
 }

@@ -9,6 +9,7 @@
 # then runs scripts/ramp against the leader, on the same cores as the nodes:
 #   waits   tenantA keeps WAITS acquires with wait_ms going on one held lock (60,000)
 #   reads   tenantA keeps READS blocking reads of it going (10,000)
+#   idle    no ramp: the probes and tenantB alone, the machine's baseline at its load now
 # while /healthz and /readyz are probed on fresh TLS connections every 20ms and tenantB
 # runs acquire/release cycles. Prints, per run, one JSON line (scripts/ramp: latencies in
 # ms, answers by status) with the leader's RSS before, at its peak (sampled every 0.5s)
@@ -91,13 +92,16 @@ if [[ ${PROBE_VIA:-port} == port ]]; then
 fi
 log "load average at start: $LOAD_BEFORE; fdatasync: $FSYNC; leader $id (pid $PID) at $URL, probed at $PROBE_URL"
 
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$PID/stat"; }
 rss_mib() { awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$PID/status"; }
 waiters() { "${CURL[@]}" "$URL/metrics" | awk '/^raftlock_admission_waiters / { print $2 }'; }
 
 for mode in $MODES; do
 	n=$WAITS
 	[[ $mode == reads ]] && n=$READS
+	[[ $mode == idle ]] && n=0
 	before=$(rss_mib)
+	cpu_before=$(cpu_s)
 	: >"$DIR/samples"
 	(while sleep 0.5; do echo "$(rss_mib) $(waiters)" >>"$DIR/samples"; done) &
 	SAMPLER=$!
@@ -119,8 +123,8 @@ for mode in $MODES; do
 	peak=$(sort -n "$DIR/samples" | tail -1 | cut -d' ' -f1)
 	parked=$(awk '$2 > m { m = $2 } END { print m + 0 }' "$DIR/samples")
 	jq -c --arg load "$LOAD_BEFORE" --arg fsync "$FSYNC" --arg b "$before" --arg p "$peak" --arg a "$(rss_mib)" --arg w "$parked" \
-		--arg endload "$(cut -d' ' -f1-3 /proc/loadavg)" \
-		'. + {load_avg_at_start: $load, load_avg_at_end: $endload, fdatasync: $fsync, leader_rss_mib: {before: ($b|tonumber), peak: ($p|tonumber), after: ($a|tonumber)}, leader_parked_acquires_peak: ($w|tonumber)}' <<<"$out"
+		--arg endload "$(cut -d' ' -f1-3 /proc/loadavg)" --arg cpu "$(awk -v a="$cpu_before" -v b="$(cpu_s)" 'BEGIN { printf "%.1f", b - a }')" \
+		'. + {leader_cpu_s: ($cpu|tonumber), load_avg_at_start: $load, load_avg_at_end: $endload, fdatasync: $fsync, leader_rss_mib: {before: ($b|tonumber), peak: ($p|tonumber), after: ($a|tonumber)}, leader_parked_acquires_peak: ($w|tonumber)}' <<<"$out"
 	if [[ ${PROFILE:-} == 1 ]]; then
 		wait
 		go tool pprof -top -nodecount 25 "$DIR/raftlock" "$DIR/cpu-$mode.pprof" 2>/dev/null | sed "s/^/$mode profile: /" >&2

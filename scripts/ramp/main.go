@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -321,6 +322,11 @@ func run(c config) error {
 	wg.Wait()
 	steady := start.Add(c.rampTime + 2*time.Second)
 	out := map[string]any{"mode": c.mode, "elapsed_s": time.Since(start).Seconds()}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		out[c.role+"_client_cpu_s"] = cpu.Seconds()
+	}
 	if c.role != "probe" {
 		out["n"], out["conns"], out["ramp_answers"], out["ramp_peak_in_flight"] = c.n, c.conns, ramp.m, peak.Load()
 	}
