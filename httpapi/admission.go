@@ -308,10 +308,12 @@ func (s *Server) shedEarly(w http.ResponseWriter, r *http.Request, body []byte) 
 			tenant = string(name[:i])
 		}
 	}
-	if c := s.caps.waits; waits && !priority && c.Of(tenant) >= c.Max() {
-		s.caps.shed.WithLabelValues("waits").Inc()
-		writeError(w, overloaded(&admission.CapShed{Tenant: tenant, What: "acquires waiting", Held: c.Of(tenant), Max: c.Max()}))
-		return true
+	if waits && !priority {
+		if shed := s.caps.waits.Check(tenant); shed != nil {
+			s.caps.shed.WithLabelValues("waits").Inc()
+			writeError(w, capRefusal(shed))
+			return true
+		}
 	}
 	a := s.admission
 	if a == nil {

@@ -2,9 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/internal/admission"
 	"github.com/raftlock/raftlock/internal/store"
 )
@@ -66,8 +68,8 @@ func newTenantCaps(c TenantCaps, reg prometheus.Registerer) *tenantCaps {
 	def(&c.BlockingReads, DefaultTenantBlockingReads)
 	tc := &tenantCaps{
 		sessions: admission.NewMembers("sessions", c.Sessions, nil),
-		waits:    admission.NewCap("acquires waiting", c.Waits),
-		reads:    admission.NewCap("blocking reads waiting", c.BlockingReads),
+		waits:    admission.NewCap("acquires waiting", c.Waits, nil),
+		reads:    admission.NewCap("blocking reads waiting", c.BlockingReads, nil),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "raftlock_tenant_cap_refusals_total",
 			Help: "Requests refused with 429 because their tenant was at its cap, by cap (sessions, waits, blocking_reads).",
@@ -88,7 +90,7 @@ func (s *Server) takeWait(ctx context.Context, name string) (*admission.Held, er
 	h, shed := s.caps.waits.Take(tenantOf(ctx, name))
 	if shed != nil {
 		s.caps.shed.WithLabelValues("waits").Inc()
-		return nil, overloaded(shed)
+		return nil, capRefusal(shed)
 	}
 	return h, nil
 }
@@ -99,7 +101,7 @@ func (s *Server) takeRead(ctx context.Context, k watchKey) (*admission.Held, err
 	h, shed := s.caps.reads.Take(tenantOf(ctx, k.keys[0]))
 	if shed != nil {
 		s.caps.shed.WithLabelValues("blocking_reads").Inc()
-		return nil, overloaded(shed)
+		return nil, capRefusal(shed)
 	}
 	return h, nil
 }
@@ -130,4 +132,10 @@ func (s *Server) reserveSession(ctx context.Context) (*admission.Reservation, er
 		return nil, overloaded(shed)
 	}
 	return rs, nil
+}
+
+// capRefusal is the 429 to a request over its tenant's cap, with the
+// cap's retry time (pushback).
+func capRefusal(shed *admission.CapShed) error {
+	return &retryError{&apiError{http.StatusTooManyRequests, api.CodeOverloaded, shed.Error()}, shed.RetryAfter}
 }

@@ -25,6 +25,10 @@
 #   PORT_BASE     HTTP BASE+1.., Raft BASE+101.. (default 17500)
 #   BENCH_DIR     work dir (default: a fresh one under $TMPDIR or /tmp); KEEP=1 keeps it
 #   PROBE_VIA     port: probe the leader's --probe-addr (default); api: its API port, over TLS
+#   SERVER_BIN    run the nodes on this raftlock binary instead of building one (e.g. an
+#                 older version, for a before/after: with PROBE_VIA=api and PLAIN_TOKENS=1
+#                 if it predates --probe-addr and prefix=)
+#   PLAIN_TOKENS=1  tokens without prefix= fields
 #   PROFILE=1     also take a 10s CPU profile of the leader once the ramp is started, and
 #                 print its top functions (the profile stays in the work dir)
 # Serve flags reach the nodes as RAFTLOCK_* variables, e.g. RAFTLOCK_TENANT_MAX_WAITS=2048.
@@ -63,6 +67,7 @@ trap 'exit 130' INT TERM
 
 log "work dir $DIR; building"
 (cd "$ROOT" && go build -o "$DIR/raftlock" ./cmd/raftlock && go build -o "$DIR/ramp" ./scripts/ramp)
+[[ -n ${SERVER_BIN:-} ]] && cp "$SERVER_BIN" "$DIR/raftlock"
 "$ROOT/scripts/certs.sh" "$DIR/certs" n1 >/dev/null 2>&1
 ADMIN=admin-$(openssl rand -hex 16)
 TOK_A=tenant-a-$(openssl rand -hex 16)
@@ -73,10 +78,11 @@ $TOK_A read-write tenantA prefix=tenantA/
 $TOK_B read-write tenantB prefix=tenantB/
 EOF
 )
+[[ ${PLAIN_TOKENS:-} == 1 ]] && sed -i 's/ prefix=.*//' "$DIR/tokens"
 export RAFTLOCK_TLS_CERT=$DIR/certs/n1.pem RAFTLOCK_TLS_KEY=$DIR/certs/n1-key.pem RAFTLOCK_TLS_CA=$DIR/certs/ca.pem
 export RAFTLOCK_AUTH_TOKENS=$DIR/tokens RAFTLOCK_TOKEN=$ADMIN
 [[ ${PROFILE:-} == 1 ]] && export RAFTLOCK_DEBUG_ADDR=127.0.0.1:0
-export RAFTLOCK_PROBE_ADDR=127.0.0.1:0
+[[ ${PROBE_VIA:-port} == port ]] && export RAFTLOCK_PROBE_ADDR=127.0.0.1:0
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 FSYNC=$("$ROOT/scripts/fsync-probe" "$DIR" 2>/dev/null | tail -1)
@@ -92,6 +98,9 @@ if [[ ${PROBE_VIA:-port} == port ]]; then
 fi
 log "load average at start: $LOAD_BEFORE; fdatasync: $FSYNC; leader $id (pid $PID) at $URL, probed at $PROBE_URL"
 
+# rq_wait_s: seconds the leader's threads have spent runnable but waiting for a CPU (the
+# kernel's schedstat): beside cpu_s, how much of its time the machine's load took.
+rq_wait_s() { cat /proc/"$PID"/task/*/schedstat 2>/dev/null | awk '{ s += $2 } END { printf "%.1f", s / 1e9 }'; }
 cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$PID/stat"; }
 rss_mib() { awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$PID/status"; }
 waiters() { "${CURL[@]}" "$URL/metrics" | awk '/^raftlock_admission_waiters / { print $2 }'; }
@@ -102,6 +111,7 @@ for mode in $MODES; do
 	[[ $mode == idle ]] && n=0
 	before=$(rss_mib)
 	cpu_before=$(cpu_s)
+	rq_before=$(rq_wait_s)
 	: >"$DIR/samples"
 	(while sleep 0.5; do echo "$(rss_mib) $(waiters)" >>"$DIR/samples"; done) &
 	SAMPLER=$!
@@ -124,7 +134,8 @@ for mode in $MODES; do
 	parked=$(awk '$2 > m { m = $2 } END { print m + 0 }' "$DIR/samples")
 	jq -c --arg load "$LOAD_BEFORE" --arg fsync "$FSYNC" --arg b "$before" --arg p "$peak" --arg a "$(rss_mib)" --arg w "$parked" \
 		--arg endload "$(cut -d' ' -f1-3 /proc/loadavg)" --arg cpu "$(awk -v a="$cpu_before" -v b="$(cpu_s)" 'BEGIN { printf "%.1f", b - a }')" \
-		'. + {leader_cpu_s: ($cpu|tonumber), load_avg_at_start: $load, load_avg_at_end: $endload, fdatasync: $fsync, leader_rss_mib: {before: ($b|tonumber), peak: ($p|tonumber), after: ($a|tonumber)}, leader_parked_acquires_peak: ($w|tonumber)}' <<<"$out"
+		--arg rq "$(awk -v a="$rq_before" -v b="$(rq_wait_s)" 'BEGIN { printf "%.1f", b - a }')" \
+		'. + {leader_cpu_s: ($cpu|tonumber), leader_runqueue_wait_s: ($rq|tonumber), load_avg_at_start: $load, load_avg_at_end: $endload, fdatasync: $fsync, leader_rss_mib: {before: ($b|tonumber), peak: ($p|tonumber), after: ($a|tonumber)}, leader_parked_acquires_peak: ($w|tonumber)}' <<<"$out"
 	if [[ ${PROFILE:-} == 1 ]]; then
 		wait
 		go tool pprof -top -nodecount 25 "$DIR/raftlock" "$DIR/cpu-$mode.pprof" 2>/dev/null | sed "s/^/$mode profile: /" >&2

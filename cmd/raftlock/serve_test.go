@@ -1,11 +1,12 @@
 package main
 
 import (
-	"github.com/raftlock/raftlock/httpapi"
 	"io"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/raftlock/raftlock/httpapi"
 )
 
 func TestParseServe(t *testing.T) {

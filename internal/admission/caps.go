@@ -13,18 +13,41 @@ import (
 // do, so that one tenant's goroutines, connections' worth of requests and
 // memory stay bounded while it ramps. What it counts is only what is held
 // now; nothing waits for a place.
+//
+// A refusal says when to retry, and that time grows with how often the
+// tenant is being refused (pushback): clients over their cap that retry as
+// told then come back at about PushbackRate a second in all, however many
+// they are, instead of each once a second. A refused request costs the node
+// a request's parse and answer; a parked one costs no CPU, so without
+// pushback a cap would turn a ramp of cheap parked requests into a stream
+// of refusals that costs more than the ramp.
 type Cap struct {
 	what string
 	max  int
+	now  func() time.Time
 
-	mu   sync.Mutex
-	held map[string]int // only tenants with some
+	mu          sync.Mutex
+	held        map[string]int // only tenants with some
+	windowStart time.Time
+	refused     map[string]int // in the window that started at windowStart
+	lastRefused map[string]int // in the window before
 }
 
+// PushbackRate is the refusals a second per tenant that a cap's retry
+// times aim at; MinRetry and MaxRetry bound them.
+const (
+	PushbackRate = 100
+	MinRetry     = time.Second
+	MaxRetry     = 30 * time.Second
+)
+
 // NewCap returns a cap of max (at least 1) things called what (for the
-// refusal's message) per tenant.
-func NewCap(what string, max int) *Cap {
-	return &Cap{what: what, max: max1(max), held: map[string]int{}}
+// refusal's message) per tenant; now is its clock (nil: time.Now).
+func NewCap(what string, max int, now func() time.Time) *Cap {
+	if now == nil {
+		now = time.Now
+	}
+	return &Cap{what: what, max: max1(max), now: now, held: map[string]int{}, refused: map[string]int{}, lastRefused: map[string]int{}}
 }
 
 func max1(n int) int { return max(n, 1) }
@@ -35,6 +58,8 @@ type CapShed struct {
 	What   string
 	Held   int
 	Max    int
+	// RetryAfter is when to try again (see Cap: pushback).
+	RetryAfter time.Duration
 }
 
 func (s *CapShed) Error() string {
@@ -54,10 +79,40 @@ func (c *Cap) Take(tenant string) (*Held, *CapShed) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := c.held[tenant]; n >= c.max {
-		return nil, &CapShed{Tenant: tenant, What: c.what, Held: n, Max: c.max}
+		return nil, c.refuse(tenant, n)
 	}
 	c.held[tenant]++
 	return &Held{c: c, tenant: tenant}, nil
+}
+
+// Check refuses as Take would, without taking a place: a cheap early
+// refusal. A request it lets pass still goes through Take.
+func (c *Cap) Check(tenant string) *CapShed {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.held[tenant]; n >= c.max {
+		return c.refuse(tenant, n)
+	}
+	return nil
+}
+
+// refuse counts one refusal of tenant, holding n, and says when to retry:
+// the tenant's refusals a second (the fuller of this window and the last)
+// over PushbackRate, in seconds, within [MinRetry, MaxRetry].
+func (c *Cap) refuse(tenant string, n int) *CapShed {
+	now := c.now()
+	if d := now.Sub(c.windowStart); d >= time.Second {
+		c.lastRefused = c.refused
+		if d >= 2*time.Second {
+			clear(c.lastRefused) // no refusal in the window before this one
+		}
+		c.refused = map[string]int{}
+		c.windowStart = now
+	}
+	c.refused[tenant]++
+	rate := max(c.refused[tenant], c.lastRefused[tenant])
+	retry := min(max(time.Duration(rate)*time.Second/PushbackRate, MinRetry), MaxRetry)
+	return &CapShed{Tenant: tenant, What: c.what, Held: n, Max: c.max, RetryAfter: retry}
 }
 
 // Release gives the place back.
