@@ -12,10 +12,14 @@
 // client), a refused or reset connection after 100ms. Requests share at
 // most --conns connections (a client's pool; the node's own cap is 4096).
 // Meanwhile /healthz and /readyz are probed every --probe-every on fresh
-// connections (as an orchestrator does), and the calm tenant runs
-// acquire/release cycles on keep-alive connections; an acquire's latency
-// counts from its first try to its 200, retries after 429 included.
-// Prints one JSON object: latencies (ms) by kind, counts by outcome.
+// connections at --probe-url (as an orchestrator does), and the calm tenant
+// runs acquire/release cycles on keep-alive connections; an acquire's
+// latency counts from its first try to its 200, retries after 429
+// included. --role ramp or probe runs one side only: bench-ramp.sh runs
+// them as two processes, since probes in the ramp's process would wait
+// behind its goroutines and measure the client. Prints one JSON object:
+// latencies (ms) by kind, overall and "steady" (from 2s after the ramp is
+// started), counts by outcome, the process's CPU seconds.
 package main
 
 import (
