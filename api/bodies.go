@@ -96,6 +96,9 @@ type Lease struct {
 type Error struct {
 	Error   string `json:"error"`
 	Message string `json:"message"`
+	// RetryAfterMs is set on every 429 overloaded: when to try again (as
+	// Retry-After, in milliseconds).
+	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Holder is the lease that holds a lock, as a held answer shows it.

@@ -207,6 +207,13 @@ func (s *Server) applyGated(ctx context.Context, cmd fsm.Command) (fsm.Result, e
 // work, whether or not its lock would have been free; other tenants' waits
 // are untouched.
 func (s *Server) acquireGated(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error) {
+	if wait > 0 {
+		h, err := s.takeWait(ctx, cmd.Name) // the tenant's cap, admission or not
+		if err != nil {
+			return fsm.Result{}, err
+		}
+		defer h.Release()
+	}
 	a := s.admission
 	if a == nil || !s.leading() {
 		return s.store.Acquire(ctx, cmd, wait)
@@ -267,7 +274,7 @@ const (
 )
 
 // shedEarly answers 429 at once, and reports true, for a write that the
-// gate (or the waiter budget) would shed now: it runs on the raw body,
+// gate (or the waiter budget, or the tenant's cap on waits) would shed now: it runs on the raw body,
 // before the strict parse and validation, which under a flood are most of
 // what a refusal costs. The tenant is the token's name, or the lock name
 // picked out of the body by peekLockFields; a body it cannot read cheaply
@@ -276,8 +283,7 @@ const (
 // shed by admit, after the parse. A malformed body from a tenant over its
 // share may thus get 429 rather than 400; either promises nothing applied.
 func (s *Server) shedEarly(w http.ResponseWriter, r *http.Request, body []byte) bool {
-	a := s.admission
-	if a == nil || r.Method != http.MethodPost {
+	if r.Method != http.MethodPost {
 		return false
 	}
 	priority := true
@@ -292,12 +298,26 @@ func (s *Server) shedEarly(w http.ResponseWriter, r *http.Request, body []byte) 
 	if !ok || !s.leading() {
 		return false
 	}
+	if ps := scopeOf(r.Context()); ps != nil && !inScope(ps, string(name)) {
+		return false // the full path answers 403, which says more than a 429
+	}
 	tenant, byToken := r.Context().Value(tenantKey{}).(string)
 	if !byToken {
 		tenant = noTenant
 		if i := bytes.IndexByte(name, '/'); i > 0 {
 			tenant = string(name[:i])
 		}
+	}
+	if waits && !priority {
+		if shed := s.caps.waits.Check(tenant); shed != nil {
+			s.caps.shed.WithLabelValues("waits").Inc()
+			writeError(w, capRefusal(shed))
+			return true
+		}
+	}
+	a := s.admission
+	if a == nil {
+		return false
 	}
 	var why error
 	if ws := a.waiters.Check(tenant); waits && !priority && ws != nil {

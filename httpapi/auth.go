@@ -84,6 +84,8 @@ type tokenEntry struct {
 	hash [sha256.Size]byte
 	role Role
 	name string // the tenant admission counts its writes against
+	// prefixes are the names the token may use (scope.go); nil: all.
+	prefixes []string
 }
 
 // minTokenLen keeps guessable tokens out of the file.
@@ -103,14 +105,16 @@ func LoadTokens(path string) (*Tokens, error) {
 	return t, nil
 }
 
-// ParseTokens reads lines "TOKEN ROLE [NAME]", ROLE one of read-only,
-// read-write or admin; NAME is the tenant admission control counts the
-// token's writes against (default: "sha256:" and the first 8 hex digits of
-// the token's hash). TOKEN is at least 16 characters, or "sha256:" and the hex
-// SHA-256 of the token, so the file need not hold the secret itself. A #
-// starts a comment line, or a comment after the role; blank lines are
-// skipped. Errors name the line, never
-// the token.
+// ParseTokens reads lines "TOKEN ROLE [NAME] [prefix=P ...]", ROLE one of
+// read-only, read-write or admin; NAME is the tenant admission control
+// counts the token's writes against (default: "sha256:" and the first 8 hex
+// digits of the token's hash). Each prefix=P limits the token to lock and
+// semaphore names starting with P (any of them; scope.go); without one the
+// token may use every name, as before prefixes existed. An admin token
+// takes none: it keeps every name. TOKEN is at least 16 characters, or
+// "sha256:" and the hex SHA-256 of the token, so the file need not hold the
+// secret itself. A # starts a comment line, or a comment after the role;
+// blank lines are skipped. Errors name the line, never the token.
 func ParseTokens(r io.Reader) (*Tokens, error) {
 	t := &Tokens{}
 	seen := map[[sha256.Size]byte]bool{}
@@ -127,8 +131,8 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 				break
 			}
 		}
-		if len(fields) != 2 && len(fields) != 3 {
-			return nil, fmt.Errorf("line %d: want \"TOKEN ROLE [NAME]\"", line)
+		if len(fields) < 2 {
+			return nil, fmt.Errorf("line %d: want \"TOKEN ROLE [NAME] [prefix=P ...]\"", line)
 		}
 		role, ok := roleNames[fields[1]]
 		if !ok {
@@ -152,8 +156,27 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 			}
 		}
 		e.name = "sha256:" + hex.EncodeToString(e.hash[:4])
-		if len(fields) == 3 {
-			e.name = fields[2]
+		named := false
+		for _, f := range fields[2:] {
+			p, isPrefix := strings.CutPrefix(f, "prefix=")
+			switch {
+			case isPrefix && p == "":
+				return nil, fmt.Errorf("line %d: prefix= needs a prefix (a token without prefix= may use every name)", line)
+			case isPrefix && validName(p) != nil:
+				return nil, fmt.Errorf("line %d: prefix %q: %v", line, p, validName(p))
+			case isPrefix:
+				e.prefixes = append(e.prefixes, p)
+			case named:
+				return nil, fmt.Errorf("line %d: want \"TOKEN ROLE [NAME] [prefix=P ...]\" (a second name %q)", line, f)
+			default:
+				e.name, named = f, true
+			}
+		}
+		if role == RoleAdmin && len(e.prefixes) > 0 {
+			return nil, fmt.Errorf("line %d: an admin token may use every name; prefix= would not limit it (give the prefixes to a read-write token)", line)
+		}
+		if e.prefixes != nil {
+			e.prefixes = minimalPrefixes(e.prefixes)
 		}
 		if seen[e.hash] {
 			return nil, fmt.Errorf("line %d: token listed twice", line)
@@ -175,18 +198,18 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 // --join-token is given.
 func (t *Tokens) AdminToken() string { return t.admin }
 
-// lookup returns the role and name of token, RoleNone when it is unknown. It looks
-// at every entry, matched or not, so its timing does not depend on which
-// entry (if any) matches.
-func (t *Tokens) lookup(token string) (Role, string) {
+// lookup returns the entry of token, with RoleNone when it is unknown. It
+// looks at every entry, matched or not, so its timing does not depend on
+// which entry (if any) matches.
+func (t *Tokens) lookup(token string) tokenEntry {
 	h := sha256.Sum256([]byte(token))
-	role, name := RoleNone, ""
+	var found tokenEntry
 	for _, e := range t.entries {
 		if subtle.ConstantTimeCompare(h[:], e.hash[:]) == 1 {
-			role, name = e.role, e.name
+			found = e
 		}
 	}
-	return role, name
+	return found
 }
 
 // authorize is mux middleware (it needs the matched route): it lets a
@@ -215,7 +238,8 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			writeError(w, &apiError{http.StatusUnauthorized, api.CodeUnauthorized, "a bearer token is required (Authorization: Bearer TOKEN)"})
 			return
 		}
-		have, name := s.opts.Tokens.lookup(token)
+		e := s.opts.Tokens.lookup(token)
+		have := e.role
 		switch {
 		case have == RoleNone:
 			refuseBody(w, r)
@@ -228,7 +252,7 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="insufficient_scope"`)
 			writeError(w, &apiError{http.StatusForbidden, api.CodeForbidden, fmt.Sprintf("a %s token cannot %s %s; it needs %s", have, r.Method, r.URL.Path, need)})
 		default:
-			next.ServeHTTP(w, withCaller(withTenant(r, name), have))
+			next.ServeHTTP(w, withScope(withCaller(withTenant(r, e.name), have), e.prefixes))
 		}
 	})
 }

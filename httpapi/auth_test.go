@@ -49,7 +49,7 @@ func testTokens(t *testing.T) *Tokens {
 func TestParseTokens(t *testing.T) {
 	toks := testTokens(t)
 	for tok, want := range map[string]Role{tokRO: RoleReadOnly, tokRW: RoleReadWrite, tokAdmin: RoleAdmin, tokHashed: RoleAdmin, tokUnknown: RoleNone, "": RoleNone} {
-		if got, _ := toks.lookup(tok); got != want {
+		if got := toks.lookup(tok).role; got != want {
 			t.Errorf("role of %q: %v, want %v", tok, got, want)
 		}
 	}
@@ -60,8 +60,10 @@ func TestParseTokens(t *testing.T) {
 	secret := "s3cret-token-that-must-not-leak"
 	for _, c := range []struct{ file, msg string }{
 		{secret + " root", `line 1: role "root"`},
-		{"# c\n" + secret, "line 2: want \"TOKEN ROLE [NAME]\""},
-		{secret + " admin name extra", "line 1: want \"TOKEN ROLE [NAME]\""},
+		{"# c\n" + secret, "line 2: want \"TOKEN ROLE [NAME] [prefix=P ...]\""},
+		{secret + " admin name extra", "line 1: want \"TOKEN ROLE [NAME] [prefix=P ...]\" (a second name"},
+		{secret + " read-write a prefix=", "line 1: prefix= needs a prefix"},
+		{secret + " admin root prefix=a/", "line 1: an admin token may use every name"},
 		{"short admin", "line 1: token shorter than 16"},
 		{secret + " admin\n" + secret + " read-only", "line 2: token listed twice"},
 		{"sha256:abcd admin", "line 1: sha256: needs 64 hex digits"},

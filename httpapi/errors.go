@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/internal/store"
@@ -17,6 +19,20 @@ type apiError struct {
 	code    string
 	message string
 }
+
+// retryError is a 429 with a time to retry of its own (a cap's pushback).
+type retryError struct {
+	*apiError
+	after time.Duration
+}
+
+func (e *retryError) Unwrap() error { return e.apiError }
+
+// retryAfter429 is when a 429 asks to be tried again: Retry-After: 1 and
+// retry_after_ms 1000. Every 429 is a refusal of one request among many of
+// its tenant (or node); one second lets parked work end and in-flight
+// writes drain, and clients add their own jitter.
+const retryAfter429 = time.Second
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
 
@@ -96,7 +112,15 @@ func writeError(w http.ResponseWriter, err error) {
 		if w.Header().Get("WWW-Authenticate") == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="raftlock", error="insufficient_scope"`)
 		}
-	case http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
+	case http.StatusTooManyRequests:
+		retry := retryAfter429
+		if re := (*retryError)(nil); errors.As(err, &re) && re.after > 0 {
+			retry = re.after
+		}
+		w.Header().Set(api.HeaderRetryAfter, strconv.Itoa(int((retry+time.Second-1)/time.Second)))
+		writeJSON(w, ae.status, api.Error{Error: ae.code, Message: ae.message, RetryAfterMs: retry.Milliseconds()})
+		return
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		w.Header().Set(api.HeaderRetryAfter, "1")
 	case http.StatusInternalServerError:
 		if ae.code == api.CodeStorage {

@@ -150,7 +150,7 @@ func (s *Server) frame(next http.Handler) http.Handler {
 
 // Read passes what net/http reads through the head framer.
 func (c *limitedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	n, err := c.readInTurn(p)
 	if n > 0 {
 		c.framer.feed(p[:n])
 	}

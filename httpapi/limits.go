@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,18 @@ import (
 //   - MaxInflight caps API requests being served (probes and /metrics are
 //     not counted), so goroutines and buffers stay bounded however many
 //     connections there are; beyond it requests get 429.
+//   - MaxFirstReads caps new connections doing the work of their first
+//     bytes at once: with TLS the handshake (a signature and a key
+//     exchange, about a millisecond of CPU), without it the first request's
+//     headers. A ramp opening thousands of connections would otherwise
+//     make thousands of goroutines runnable at once, and every other
+//     goroutine of the node (a probe's, a calm tenant's request, Raft's)
+//     would wait behind all of them for its turn on the CPU. Gated, the
+//     rest of the ramp waits blocked, off the run queue. A connection
+//     takes a place only once its first bytes have arrived, and gives it
+//     back at its next read (when the handshake waits for the client, or
+//     the request is read), so a client that sends nothing, or dribbles,
+//     holds no place.
 type Limits struct {
 	BodyTimeout    time.Duration // 0: 10s
 	HeaderTimeout  time.Duration // 0: 10s
@@ -55,6 +68,9 @@ type Limits struct {
 	MaxConns     int
 	ProbeReserve int // 0: 64
 	MaxInflight  int // 0: 2048
+	// MaxFirstReads: 0: four per CPU the Go runtime uses (GOMAXPROCS), at
+	// least 8.
+	MaxFirstReads int
 }
 
 func (l *Limits) setDefaults() {
@@ -80,6 +96,9 @@ func (l *Limits) setDefaults() {
 	}
 	if l.MaxInflight == 0 {
 		l.MaxInflight = 2048
+	}
+	if l.MaxFirstReads == 0 {
+		l.MaxFirstReads = max(4*runtime.GOMAXPROCS(0), 8)
 	}
 }
 
@@ -111,7 +130,8 @@ func (s *Server) HTTPServer(tlsConfig *tls.Config) *http.Server {
 
 // Listener wraps ln with the connection caps of Limits.
 func (s *Server) Listener(ln net.Listener) net.Listener {
-	return &limitListener{Listener: ln, max: s.opts.Limits.MaxConns, reserve: s.opts.Limits.ProbeReserve, log: s.rateLog}
+	return &limitListener{Listener: ln, max: s.opts.Limits.MaxConns, reserve: s.opts.Limits.ProbeReserve, log: s.rateLog,
+		firstReads: make(chan struct{}, s.opts.Limits.MaxFirstReads), firstReadWait: s.opts.Limits.HeaderTimeout}
 }
 
 // limitListener counts open connections: up to max they are served as
@@ -122,6 +142,10 @@ type limitListener struct {
 	max, reserve int
 	open         atomic.Int64
 	log          *rateLogger
+	// firstReads are the places of MaxFirstReads (nil: no gate), waited
+	// for at most firstReadWait.
+	firstReads    chan struct{}
+	firstReadWait time.Duration
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -137,7 +161,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.log.Warn("connection limit reached: closing new connection", "limit", l.max+l.reserve, "remote", c.RemoteAddr().String())
 			continue
 		}
-		return &limitedConn{Conn: c, reserve: n > l.max, done: func() { l.open.Add(-1) }, framer: &headFramer{}}, nil
+		return &limitedConn{Conn: c, reserve: n > l.max, done: func() { l.open.Add(-1) }, framer: &headFramer{},
+			gate: l.firstReads, gateWait: l.firstReadWait}, nil
 	}
 }
 
@@ -147,10 +172,56 @@ type limitedConn struct {
 	once    sync.Once
 	done    func()
 	framer  *headFramer // follows request heads on a plain connection (framing.go)
+
+	// The first-read gate (see Limits.MaxFirstReads); reads of a
+	// connection come from one goroutine at a time.
+	gate     chan struct{}
+	gateWait time.Duration
+	reads    int         // Read calls so far, counted up to 2
+	holding  atomic.Bool // a place in gate
+}
+
+// errFirstReadWait ends a connection that waited too long for its turn.
+var errFirstReadWait = errors.New("no turn for a new connection's first read in time")
+
+// readInTurn reads from the connection; a new connection's first read (its
+// TLS handshake, or its first request) waits for a place in the first-read
+// gate, held until its second read.
+func (c *limitedConn) readInTurn(p []byte) (int, error) {
+	if c.gate == nil || c.reads >= 2 {
+		return c.Conn.Read(p)
+	}
+	c.reads++
+	if c.reads == 2 {
+		c.release()
+		return c.Conn.Read(p)
+	}
+	n, err := c.Conn.Read(p)
+	if n == 0 || err != nil {
+		return n, err
+	}
+	timer := time.NewTimer(c.gateWait)
+	defer timer.Stop()
+	select {
+	case c.gate <- struct{}{}:
+		c.holding.Store(true)
+		return n, nil
+	case <-timer.C:
+		return 0, errFirstReadWait
+	}
+}
+
+func (c *limitedConn) release() {
+	if c.holding.CompareAndSwap(true, false) {
+		<-c.gate
+	}
 }
 
 func (c *limitedConn) Close() error {
-	c.once.Do(c.done)
+	c.once.Do(func() {
+		c.done()
+		c.release() // a connection closed in its handshake (Shutdown)
+	})
 	return c.Conn.Close()
 }
 
@@ -209,6 +280,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		if r.Context().Value(reserveKey{}) != nil && !isProbe(r) {
 			refuseBody(w, r)
+			// Closed after the answer, body or not: the client reconnects,
+			// and a probe may get this place in the reserve.
+			w.Header().Set("Connection", "close")
 			writeError(w, &apiError{http.StatusServiceUnavailable, api.CodeOverloaded, "too many connections; only /healthz and /readyz are served on this one"})
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -238,6 +239,12 @@ func writeHandler[R any, P interface {
 		if !ok {
 			return
 		}
+		if n, ok := any(req).(named); ok {
+			if err := mayName(r.Context(), n.lockName()); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
 		if extra != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), extra(req)+s.opts.RequestTimeout)
 			defer cancel()
@@ -274,7 +281,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.read(w, r, &watchKey{key: name}, func(m store.LockReader) (any, uint64, error) {
+	if err := mayName(r.Context(), name); err != nil {
+		writeError(w, err)
+		return
+	}
+	s.read(w, r, &watchKey{keys: []string{name}}, func(m store.LockReader) (any, uint64, error) {
 		// Holders and index from one read: read apart, a shared hold
 		// replaced in between could show under the other's index.
 		holders, idx := m.LookupHolders(name)
@@ -305,8 +316,13 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	s.read(w, r, &watchKey{key: prefix, prefix: true}, func(m store.LockReader) (any, uint64, error) {
-		locks, truncated, idx := m.ListIndexed(prefix, limit)
+	prefixes, err := listScope(r.Context(), prefix)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.read(w, r, &watchKey{keys: prefixes, prefix: true}, func(m store.LockReader) (any, uint64, error) {
+		locks, truncated, idx := listUnder(m, prefixes, limit)
 		views := make([]api.Lock, len(locks))
 		for i, l := range locks {
 			views[i] = viewOf(m, l)
@@ -338,18 +354,52 @@ func query(r *http.Request) (url.Values, error) {
 }
 
 // watchKey is what a blocking read waits on: one lock, or every lock under
-// a prefix.
+// some prefixes (one, or a token's prefixes under a wider one: listScope).
 type watchKey struct {
-	key    string
+	keys   []string
 	prefix bool
 }
 
 // indexOf is the index a blocking read on k compares with its ?index=.
 func (k watchKey) indexOf(m store.LockReader) uint64 {
-	if k.prefix {
-		return m.PrefixIndex(k.key)
+	var idx uint64
+	for _, key := range k.keys {
+		if k.prefix {
+			idx = max(idx, m.PrefixIndex(key))
+		} else {
+			idx = max(idx, m.Index(key))
+		}
 	}
-	return m.Index(k.key)
+	return idx
+}
+
+// watch returns a channel closed when any of k's keys may have changed
+// (Watcher), and its cancel.
+func (k watchKey) watch(wt Watcher) (<-chan struct{}, func()) {
+	if len(k.keys) == 1 {
+		return wt.Watch(k.keys[0], k.prefix)
+	}
+	woken := make(chan struct{})
+	stop := make(chan struct{})
+	var once sync.Once
+	cancels := make([]func(), len(k.keys))
+	for i, key := range k.keys {
+		ch, cancel := wt.Watch(key, k.prefix)
+		cancels[i] = cancel
+		go func() {
+			select {
+			case <-ch:
+				once.Do(func() { close(woken) })
+			case <-stop:
+			}
+		}()
+	}
+	return woken, func() {
+		close(stop)
+		for _, c := range cancels {
+			c()
+		}
+	}
 }
 
 // Watcher is what a Store implements to wake parked blocking reads
@@ -402,7 +452,7 @@ func (s *Server) park(ctx context.Context, k watchKey, after uint64, wait time.D
 		var woken <-chan struct{}
 		cancel := func() {}
 		if wt != nil {
-			woken, cancel = wt.Watch(k.key, k.prefix) // before the check: no change slips between
+			woken, cancel = k.watch(wt) // before the check: no change slips between
 		}
 		m, err := s.store.Read(ctx, true)
 		if err != nil || k.indexOf(m) > after {
@@ -458,6 +508,12 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, k *watchKey, view 
 		return
 	}
 	if block && r.Header.Get(api.HeaderForwardedBy) == "" {
+		h, err := s.takeRead(r.Context(), *k)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer h.Release()
 		s.park(r.Context(), *k, after, wait)
 		if r.Context().Err() != nil {
 			return // the client went away

@@ -156,6 +156,10 @@ func (s *Server) getSemaphore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := mayName(r.Context(), name); err != nil {
+		writeError(w, err)
+		return
+	}
 	s.read(w, r, nil, func(m store.LockReader) (any, uint64, error) {
 		sem, _ := m.Semaphore(name)
 		v := api.Semaphore{Name: name, Limit: sem.Limit, Index: sem.Index, Holders: make([]api.SemaphoreHolder, 0, len(sem.Holders))}

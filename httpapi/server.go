@@ -63,6 +63,9 @@ type Options struct {
 	Limits Limits
 	// Admission is the adaptive, per-tenant limit on writes (admission.go).
 	Admission Admission
+	// Caps are fixed per-tenant bounds on sessions, parked acquires and
+	// blocking reads (caps.go).
+	Caps TenantCaps
 }
 
 // Server is the HTTP API of one node.
@@ -75,6 +78,7 @@ type Server struct {
 	rateLog *rateLogger // client-caused warnings, at a bounded rate
 	// admission gates writes into the store; nil when off.
 	admission *admitter
+	caps      *tenantCaps
 }
 
 // New builds the API handler for store.
@@ -98,6 +102,7 @@ func New(store Store, opts Options) *Server {
 	s := &Server{store: store, opts: opts, log: opts.Logger.Named("http"), forward: newForwarder(store.ID(), opts.ForwardTLS)}
 	s.rateLog = newRateLogger(s.log, 20, 10*time.Second)
 	s.admission = newAdmitter(opts.Admission, opts.Registry)
+	s.caps = newTenantCaps(opts.Caps, opts.Registry)
 	r := mux.NewRouter().SkipClean(true).UseEncodedPath() // never redirect p//q to p/q: another lock
 	r.Use(newHTTPMetrics(opts.Registry).instrument)
 	r.Use(s.inflight)

@@ -72,13 +72,25 @@ func sessionOutcome(r fsm.Result, cmd fsm.Command) (int, any, error) {
 // lock, so they count against the token's tenant, or the shared one.
 func (s *Server) createSession(ctx context.Context, req *sessionCreateRequest) (int, any, error) {
 	cmd := fsm.Command{Op: fsm.OpSessionCreate, SessionID: req.SessionID, Owner: req.Owner, TTL: req.TTLMs, LockDelay: req.LockDelayMs}
+	rs, err := s.reserveSession(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
 	tk, err := s.admit(ctx, "", false)
 	if err != nil {
+		rs.Cancel()
 		return 0, nil, err
 	}
 	res, err := s.store.Apply(ctx, cmd)
 	if tk != nil {
 		tk.Done(observable(res, err))
+	}
+	if err == nil && res.Status == fsm.StatusOK {
+		rs.Commit(res.Session.ID)
+	} else {
+		// An unknown outcome may have created it uncounted; the retry
+		// that settles a 504 (the same create) counts it.
+		rs.Cancel()
 	}
 	if err != nil {
 		return 0, nil, err
@@ -87,6 +99,9 @@ func (s *Server) createSession(ctx context.Context, req *sessionCreateRequest) (
 }
 
 func (s *Server) renewSession(ctx context.Context, req *sessionRenewRequest) (int, any, error) {
+	if err := s.maySession(ctx, req.SessionID); err != nil {
+		return 0, nil, err
+	}
 	cmd := fsm.Command{Op: fsm.OpSessionRenew, SessionID: req.SessionID}
 	if req.TTLMs != nil {
 		cmd.TTL = *req.TTLMs
@@ -99,12 +114,16 @@ func (s *Server) renewSession(ctx context.Context, req *sessionRenewRequest) (in
 }
 
 func (s *Server) closeSession(ctx context.Context, req *sessionCloseRequest) (int, any, error) {
+	if err := s.maySession(ctx, req.SessionID); err != nil {
+		return 0, nil, err
+	}
 	cmd := fsm.Command{Op: fsm.OpSessionClose, SessionID: req.SessionID}
 	res, err := s.applyGated(ctx, cmd)
 	if err != nil {
 		return 0, nil, err
 	}
 	if res.Status == fsm.StatusOK {
+		s.caps.sessions.Remove(tenantOf(ctx, ""), req.SessionID)
 		s.log.Debug("session closed", "owner", res.Session.Owner, "released", res.Ended)
 	}
 	return sessionOutcome(res, cmd)
@@ -124,6 +143,9 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		ss, ok := m.Session(id)
 		if !ok {
 			return nil, 0, &apiError{http.StatusNotFound, api.CodeNoSession, "no such session (never created, expired, or closed)"}
+		}
+		if err := sessionInScope(r.Context(), ss); err != nil {
+			return nil, 0, err
 		}
 		return sessionView(m, ss), ss.Index, nil
 	})

@@ -25,7 +25,7 @@ func addSecurityFlags(fs *flag.FlagSet) *securityFlags {
 	fs.StringVar(&s.files.Key, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&s.files.CA, "tls-ca", "", "PEM CA that signed every node's certificate (and client certificates; only node certificates, with a raftlock-peer:// URI, pass on the Raft port)")
 	fs.BoolVar(&s.verifyClients, "tls-verify-clients", false, "require API clients to present a certificate signed by --tls-ca")
-	fs.StringVar(&s.authTokens, "auth-tokens", "", `file of bearer tokens, lines "TOKEN ROLE" (read-only, read-write, admin); unset: no authentication`)
+	fs.StringVar(&s.authTokens, "auth-tokens", "", `file of bearer tokens, lines "TOKEN ROLE [NAME] [prefix=P ...]" (ROLE read-only, read-write, admin; prefix=P limits the token to names under P); unset: no authentication`)
 	fs.StringVar(&s.joinToken, "join-token", "", "admin token this node sends for its own join (default: the first admin token of --auth-tokens)")
 	return s
 }

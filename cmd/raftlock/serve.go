@@ -54,9 +54,11 @@ type serveConfig struct {
 	logLevel    string
 	logJSON     bool
 	debugAddr   string
+	probeAddr   string
 	bodyTimeout time.Duration // time to receive a request body; 0: httpapi's default
 	stopTimeout time.Duration // SIGTERM to exit, at most
 	admission   admissionFlags
+	caps        httpapi.TenantCaps
 	memoryLimit int64 // soft limit on the Go runtime's memory, bytes; 0: GOMEMLIMIT or none
 
 	apiTLS     *tls.Config     // HTTPS server config; nil: plain HTTP
@@ -83,6 +85,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.BoolVar(&c.dev, "dev", false, "one node with a fresh temporary data dir on 127.0.0.1:8001")
 	fs.StringVar(&c.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log as JSON lines")
+	fs.StringVar(&c.probeAddr, "probe-addr", "", "also serve GET /healthz and /readyz, and nothing else, in plain HTTP on this address (e.g. 127.0.0.1:8081), for orchestrators: there a probe waits behind no client's connection or TLS handshake; off when empty")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve Go's /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty, never on the API port")
 	fs.DurationVar(&c.bodyTimeout, "http-body-timeout", 10*time.Second, "time a client has to send a request body once its headers are in")
 	fs.DurationVar(&c.stopTimeout, "stop-timeout", 20*time.Second, "after SIGTERM or SIGINT, exit (status 1) after at most this long even if the graceful stop has not finished")
@@ -103,6 +106,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return err
 	})
 	fs.IntVar(&c.admission.MaxWaiters, "admission-max-waiters", 0, "parked acquires (wait_ms) shared fairly between tenants on the leader; 0: 50,000, half the node's bound")
+	fs.IntVar(&c.caps.Sessions, "tenant-max-sessions", httpapi.DefaultTenantSessions, "live sessions one tenant (token name; without tokens all sessions are one tenant) may create through the leader; more are 429")
+	fs.IntVar(&c.caps.Waits, "tenant-max-waits", httpapi.DefaultTenantWaits, "acquires with wait_ms one tenant may have parked on the leader; more are 429")
+	fs.IntVar(&c.caps.BlockingReads, "tenant-max-blocking-reads", httpapi.DefaultTenantBlockingReads, "blocking reads (?index=) one tenant may have parked on this node; more are 429")
 	fs.Uint64Var(&c.node.ReadyMaxLag, "ready-max-lag", raftnode.DefaultReadyMaxLag, "a follower this many entries behind the leader's commit index is not ready (/readyz)")
 	fs.BoolVar(&c.node.AllowLostVoteRecord, "allow-lost-vote-record", false, "start although the data dir holds Raft state but raft.db lost its vote record (risk: two leaders in one term)")
 	sec := addSecurityFlags(fs)
@@ -246,7 +252,7 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	// The API's limits (slow bodies, header size, connection and in-flight
 	// caps) come with its server and listener; see httpapi/limits.go.
 	api := httpapi.New(node, httpapi.Options{Logger: logger, Registry: reg, Tokens: cfg.tokens, ForwardTLS: cfg.forwardTLS,
-		Limits: httpapi.Limits{BodyTimeout: cfg.bodyTimeout}, Admission: cfg.admission.options()})
+		Limits: httpapi.Limits{BodyTimeout: cfg.bodyTimeout}, Admission: cfg.admission.options(), Caps: cfg.caps})
 	srv := api.HTTPServer(cfg.apiTLS)
 	ln = api.Listener(ln)
 	if cfg.debugAddr != "" {
@@ -255,7 +261,18 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 			return err
 		}
 	}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
+	var probeSrv *http.Server
+	if cfg.probeAddr != "" {
+		pln, err := net.Listen("tcp", cfg.probeAddr)
+		if err != nil {
+			node.Close()
+			return fmt.Errorf("probe address %s: %w", cfg.probeAddr, err)
+		}
+		probeSrv = api.ProbeServer()
+		go func() { serveErr <- probeSrv.Serve(api.ProbeListener(pln)) }()
+		logger.Info("serving probes", "addr", pln.Addr().String())
+	}
 	go func() {
 		if cfg.apiTLS != nil {
 			serveErr <- srv.ServeTLS(ln, "", "")
@@ -287,6 +304,9 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(ctx)
+	if probeSrv != nil {
+		probeSrv.Shutdown(ctx)
+	}
 	if shutdownErr != nil {
 		logger.Warn("raft shutdown", "error", shutdownErr)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftlock/raftlock/httpapi"
 )
 
 func TestParseServe(t *testing.T) {
@@ -27,6 +29,13 @@ func TestParseServe(t *testing.T) {
 			check: func(t *testing.T, c serveConfig) {
 				if c.node.ID != "flag" || c.node.DataDir != "envdir" {
 					t.Errorf("flag must win, env must fill: %+v", c.node)
+				}
+			}},
+		{name: "tenant caps and the probe port", args: []string{"--dev", "--data-dir", "d", "--tenant-max-waits", "7", "--probe-addr", "127.0.0.1:0"},
+			env: map[string]string{"RAFTLOCK_TENANT_MAX_BLOCKING_READS": "9"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.caps.Waits != 7 || c.caps.BlockingReads != 9 || c.caps.Sessions != httpapi.DefaultTenantSessions || c.probeAddr != "127.0.0.1:0" {
+					t.Errorf("caps %+v, probe addr %q", c.caps, c.probeAddr)
 				}
 			}},
 		{name: "dev with a data dir keeps it", args: []string{"--dev", "--data-dir", "mine"},

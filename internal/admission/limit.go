@@ -1,7 +1,9 @@
 // Package admission decides which client writes may enter Raft: an adaptive
 // concurrency limit driven by measured commit latency (Limit), shared fairly
-// between tenants (Gate). It knows nothing of HTTP or Raft; httpapi feeds it
-// the latency of each admitted call.
+// between tenants (Gate); a budget of parked acquires shared the same way
+// (Waiters); and fixed per-tenant caps on what a tenant holds for long
+// (Cap, Members). It knows nothing of HTTP or Raft; httpapi feeds it the
+// latency of each admitted call.
 //
 // The controller is the gradient one of Netflix's concurrency-limits (and
 // Envoy's adaptive concurrency filter): compare the latency of recent calls
