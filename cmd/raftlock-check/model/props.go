@@ -44,7 +44,7 @@ type grant struct {
 // Tokens is property (b): tokens are unique to one grant, strictly increase
 // on each lock in grant order (a grant acknowledged before another's first
 // acquire was sent has the smaller token), and a lease keeps its token over
-// retried acquires and renewals while it cannot have expired.
+// retried acquires and renewals answered while it cannot have expired.
 func Tokens(ops []history.Op) []Violation {
 	var vs []Violation
 	firstCall := map[string]int64{}
@@ -61,7 +61,11 @@ func Tokens(ops []history.Op) []Violation {
 		if o.Outcome != history.OK || (o.Kind != history.Acquire && o.Kind != history.Renew) {
 			continue
 		}
-		if prev, ok := lastOK[o.Lease]; ok && o.Call < prev.Call+prev.TTLMs*int64(time.Millisecond) && o.Token != prev.Token {
+		// A retry sent while the lease must hold may still be applied after
+		// it ended (a paused leader, an election): then the server rightly
+		// grants afresh. Only a retry answered before the lease can have
+		// ended must show the same token.
+		if prev, ok := lastOK[o.Lease]; ok && o.Return < prev.Call+prev.TTLMs*int64(time.Millisecond) && o.Token != prev.Token {
 			released := false
 			for _, rel := range ops {
 				if rel.Kind == history.Release && rel.Lease == o.Lease && rel.Call > prev.Call && rel.Call < o.Return {
