@@ -269,10 +269,20 @@ func (s *Server) bodyFirst(next http.Handler) http.Handler {
 				return
 			}
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.Body = &readAhead{Reader: bytes.NewReader(body), body: body}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// readAhead is a request body bodyFirst has read: readBody takes its bytes
+// once instead of copying them again; anything else reads it as a body.
+type readAhead struct {
+	*bytes.Reader
+	body  []byte
+	taken bool
+}
+
+func (*readAhead) Close() error { return nil }
 
 // rateLogger logs through hclog at most burst lines per interval, and says
 // how many it dropped: failed authentication and TLS handshakes are the
