@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -16,6 +17,39 @@ type httpMetrics struct {
 	latency   *prometheus.HistogramVec
 	shed      *prometheus.HistogramVec
 	forwarded *prometheus.CounterVec
+	// children holds each (route, method, status)'s series once resolved,
+	// so that a request costs one map read, not four label hashings and
+	// lookups and a strconv.
+	children sync.Map // seriesKey -> *series
+}
+
+type seriesKey struct {
+	route, method string
+	status        int
+}
+
+// series are the two every answer updates; a 429's shed histogram and a
+// relay's counter are looked up when they happen, so that no series shows
+// before its first event.
+type series struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
+// seriesFor returns the series of one route, method and status. The
+// labels are bounded: routes are the router's templates, methods the
+// routes', statuses the API's.
+func (m *httpMetrics) seriesFor(route, method string, status int) *series {
+	k := seriesKey{route, method, status}
+	if c, ok := m.children.Load(k); ok {
+		return c.(*series)
+	}
+	c := &series{
+		requests: m.requests.WithLabelValues(route, method, strconv.Itoa(status)),
+		latency:  m.latency.WithLabelValues(route, method),
+	}
+	v, _ := m.children.LoadOrStore(k, c)
+	return v.(*series)
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
@@ -58,11 +92,12 @@ func (m *httpMetrics) instrument(next http.Handler) http.Handler {
 		start := time.Now()
 		next.ServeHTTP(sw, r)
 		took := time.Since(start).Seconds()
-		m.latency.WithLabelValues(route, r.Method).Observe(took)
+		c := m.seriesFor(route, r.Method, sw.status)
+		c.latency.Observe(took)
 		if sw.status == http.StatusTooManyRequests {
 			m.shed.WithLabelValues(route, r.Method).Observe(took)
 		}
-		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(sw.status)).Inc()
+		c.requests.Inc()
 		if sw.forwarded {
 			m.forwarded.WithLabelValues(route).Inc()
 		}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -148,11 +149,21 @@ func New(store Store, opts Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // identify stamps every response with this node's id and the leader's.
+// The header values are built once (per leader) and shared by every
+// response: net/http only reads them, and an Add would copy.
 func (s *Server) identify(next http.Handler) http.Handler {
+	node := []string{s.store.ID()}
+	var leader atomic.Pointer[[]string]
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(api.HeaderNode, s.store.ID())
+		h := w.Header()
+		h[api.HeaderNode] = node
 		if id, _ := s.store.Leader(); id != "" {
-			w.Header().Set(api.HeaderLeader, id)
+			l := leader.Load()
+			if l == nil || (*l)[0] != id {
+				l = &[]string{id}
+				leader.Store(l)
+			}
+			h[api.HeaderLeader] = *l
 		}
 		next.ServeHTTP(w, r)
 	})
