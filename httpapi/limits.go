@@ -220,7 +220,7 @@ func refuseBody(w http.ResponseWriter, r *http.Request) {
 // inflight caps API requests being served. Probes and /metrics pass: they
 // must answer while the API is saturated.
 func (s *Server) inflight(next http.Handler) http.Handler {
-	slots := make(chan struct{}, s.opts.Limits.MaxInflight)
+	slots := s.slots // one count for the server, however many routes
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isProbe(r) || r.URL.Path == "/metrics" {
 			next.ServeHTTP(w, r)

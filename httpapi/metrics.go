@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -80,14 +79,10 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	return m
 }
 
-// instrument is mux middleware: it runs only on matched routes, so the
-// route template is known.
-func (m *httpMetrics) instrument(next http.Handler) http.Handler {
+// instrumentRoute counts and times the requests of the route registered
+// as route (its template).
+func (m *httpMetrics) instrumentRoute(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route := "unknown"
-		if cr := mux.CurrentRoute(r); cr != nil {
-			route, _ = cr.GetPathTemplate()
-		}
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
 		next.ServeHTTP(sw, r)
