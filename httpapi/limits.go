@@ -308,7 +308,7 @@ func refuseBody(w http.ResponseWriter, r *http.Request) {
 // inflight caps API requests being served. Probes and /metrics pass: they
 // must answer while the API is saturated.
 func (s *Server) inflight(next http.Handler) http.Handler {
-	slots := make(chan struct{}, s.opts.Limits.MaxInflight)
+	slots := s.slots // one count for the server, however many routes
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isProbe(r) || r.URL.Path == "/metrics" {
 			next.ServeHTTP(w, r)
@@ -357,10 +357,20 @@ func (s *Server) bodyFirst(next http.Handler) http.Handler {
 				return
 			}
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.Body = &readAhead{Reader: bytes.NewReader(body), body: body}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// readAhead is a request body bodyFirst has read: readBody takes its bytes
+// once instead of copying them again; anything else reads it as a body.
+type readAhead struct {
+	*bytes.Reader
+	body  []byte
+	taken bool
+}
+
+func (*readAhead) Close() error { return nil }
 
 // rateLogger logs through hclog at most burst lines per interval, and says
 // how many it dropped: failed authentication and TLS handshakes are the

@@ -3,9 +3,9 @@ package httpapi
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,6 +16,39 @@ type httpMetrics struct {
 	latency   *prometheus.HistogramVec
 	shed      *prometheus.HistogramVec
 	forwarded *prometheus.CounterVec
+	// children holds each (route, method, status)'s series once resolved,
+	// so that a request costs one map read, not four label hashings and
+	// lookups and a strconv.
+	children sync.Map // seriesKey -> *series
+}
+
+type seriesKey struct {
+	route, method string
+	status        int
+}
+
+// series are the two every answer updates; a 429's shed histogram and a
+// relay's counter are looked up when they happen, so that no series shows
+// before its first event.
+type series struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
+// seriesFor returns the series of one route, method and status. The
+// labels are bounded: routes are the router's templates, methods the
+// routes', statuses the API's.
+func (m *httpMetrics) seriesFor(route, method string, status int) *series {
+	k := seriesKey{route, method, status}
+	if c, ok := m.children.Load(k); ok {
+		return c.(*series)
+	}
+	c := &series{
+		requests: m.requests.WithLabelValues(route, method, strconv.Itoa(status)),
+		latency:  m.latency.WithLabelValues(route, method),
+	}
+	v, _ := m.children.LoadOrStore(k, c)
+	return v.(*series)
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
@@ -46,23 +79,20 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	return m
 }
 
-// instrument is mux middleware: it runs only on matched routes, so the
-// route template is known.
-func (m *httpMetrics) instrument(next http.Handler) http.Handler {
+// instrumentRoute counts and times the requests of the route registered
+// as route (its template).
+func (m *httpMetrics) instrumentRoute(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route := "unknown"
-		if cr := mux.CurrentRoute(r); cr != nil {
-			route, _ = cr.GetPathTemplate()
-		}
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		start := time.Now()
 		next.ServeHTTP(sw, r)
 		took := time.Since(start).Seconds()
-		m.latency.WithLabelValues(route, r.Method).Observe(took)
+		c := m.seriesFor(route, r.Method, sw.status)
+		c.latency.Observe(took)
 		if sw.status == http.StatusTooManyRequests {
 			m.shed.WithLabelValues(route, r.Method).Observe(took)
 		}
-		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(sw.status)).Inc()
+		c.requests.Inc()
 		if sw.forwarded {
 			m.forwarded.WithLabelValues(route).Inc()
 		}

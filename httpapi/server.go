@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -79,6 +80,8 @@ type Server struct {
 	// admission gates writes into the store; nil when off.
 	admission *admitter
 	caps      *tenantCaps
+	// slots count the API requests being served (Limits.MaxInflight).
+	slots chan struct{}
 }
 
 // New builds the API handler for store.
@@ -104,38 +107,49 @@ func New(store Store, opts Options) *Server {
 	s.admission = newAdmitter(opts.Admission, opts.Registry)
 	s.caps = newTenantCaps(opts.Caps, opts.Registry)
 	r := mux.NewRouter().SkipClean(true).UseEncodedPath() // never redirect p//q to p/q: another lock
-	r.Use(newHTTPMetrics(opts.Registry).instrument)
-	r.Use(s.inflight)
-	if opts.Tokens != nil {
-		r.Use(s.authorize) // after instrument, so 401 and 403 are counted per route
+	// Each route's middleware chain is built once, here. mux's r.Use would
+	// build it anew on every request: closures to allocate each time, and
+	// no state kept in a middleware (the in-flight cap's slots) would outlive
+	// the request. Like r.Use, the chain runs only on a matched route; mux
+	// has put the route in the request's context before it runs.
+	metrics := newHTTPMetrics(opts.Registry)
+	s.slots = make(chan struct{}, opts.Limits.MaxInflight)
+	chain := func(tmpl string, h http.Handler) http.Handler {
+		h = s.bodyFirst(h) // after authorize: no body is read for a client that may not send it
+		if opts.Tokens != nil {
+			h = s.authorize(h) // after instrument, so 401 and 403 are counted per route
+		}
+		return metrics.instrumentRoute(tmpl, s.inflight(h))
 	}
-	r.Use(s.bodyFirst) // after authorize: no body is read for a client that may not send it
-	r.HandleFunc("/v1/locks/acquire", writeHandler(s, acquireWait, s.acquire)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/locks/renew", writeHandler(s, nil, s.renew)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/locks/release", writeHandler(s, nil, s.release)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/locks/update", writeHandler(s, nil, s.update)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/locks", s.list).Methods(http.MethodGet)
-	r.HandleFunc("/v1/locks/{name:.+}", s.get).Methods(http.MethodGet)
-	r.HandleFunc("/v1/sessions", writeHandler(s, nil, s.createSession)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/sessions/renew", writeHandler(s, nil, s.renewSession)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/sessions/close", writeHandler(s, nil, s.closeSession)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/sessions/{id}", s.getSession).Methods(http.MethodGet)
-	r.HandleFunc("/v1/semaphores/acquire", writeHandler(s, semAcquireWait, s.acquireSemaphore)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/semaphores/renew", writeHandler(s, nil, s.renewSemaphore)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/semaphores/release", writeHandler(s, nil, s.releaseSemaphore)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/semaphores/{name:.+}", s.getSemaphore).Methods(http.MethodGet)
-	r.HandleFunc("/v1/cluster", s.cluster).Methods(http.MethodGet)
-	r.HandleFunc("/v1/cluster/members", s.members).Methods(http.MethodGet)
-	r.HandleFunc("/v1/cluster/join", writeHandler(s, nil, s.join)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/cluster/leave", writeHandler(s, nil, s.leave)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/cluster/transfer-leadership", writeHandler(s, nil, s.transfer)).Methods(http.MethodPost)
-	r.HandleFunc("/v1/cluster/check-state", writeHandler(s, nil, s.checkState)).Methods(http.MethodPost)
-	r.HandleFunc(snapshotPath, s.saveSnapshot).Methods(http.MethodGet)
-	r.HandleFunc(snapshotPath, s.restoreSnapshot).Methods(http.MethodPost) // binary body: bodyFirst leaves it (streamsBody)
-	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
-	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
-	r.Handle("/metrics", opts.Metrics).Methods(http.MethodGet)
-	r.PathPrefix(ui.Prefix).Handler(ui.Handler()).Methods(http.MethodGet) // status page: static files, data by the API
+	handle := func(method, tmpl string, h http.HandlerFunc) {
+		r.Handle(tmpl, chain(tmpl, h)).Methods(method)
+	}
+	handle(http.MethodPost, "/v1/locks/acquire", writeHandler(s, acquireWait, s.acquire))
+	handle(http.MethodPost, "/v1/locks/renew", writeHandler(s, nil, s.renew))
+	handle(http.MethodPost, "/v1/locks/release", writeHandler(s, nil, s.release))
+	handle(http.MethodPost, "/v1/locks/update", writeHandler(s, nil, s.update))
+	handle(http.MethodGet, "/v1/locks", s.list)
+	handle(http.MethodGet, "/v1/locks/{name:.+}", s.get)
+	handle(http.MethodPost, "/v1/sessions", writeHandler(s, nil, s.createSession))
+	handle(http.MethodPost, "/v1/sessions/renew", writeHandler(s, nil, s.renewSession))
+	handle(http.MethodPost, "/v1/sessions/close", writeHandler(s, nil, s.closeSession))
+	handle(http.MethodGet, "/v1/sessions/{id}", s.getSession)
+	handle(http.MethodPost, "/v1/semaphores/acquire", writeHandler(s, semAcquireWait, s.acquireSemaphore))
+	handle(http.MethodPost, "/v1/semaphores/renew", writeHandler(s, nil, s.renewSemaphore))
+	handle(http.MethodPost, "/v1/semaphores/release", writeHandler(s, nil, s.releaseSemaphore))
+	handle(http.MethodGet, "/v1/semaphores/{name:.+}", s.getSemaphore)
+	handle(http.MethodGet, "/v1/cluster", s.cluster)
+	handle(http.MethodGet, "/v1/cluster/members", s.members)
+	handle(http.MethodPost, "/v1/cluster/join", writeHandler(s, nil, s.join))
+	handle(http.MethodPost, "/v1/cluster/leave", writeHandler(s, nil, s.leave))
+	handle(http.MethodPost, "/v1/cluster/transfer-leadership", writeHandler(s, nil, s.transfer))
+	handle(http.MethodPost, "/v1/cluster/check-state", writeHandler(s, nil, s.checkState))
+	handle(http.MethodGet, snapshotPath, s.saveSnapshot)
+	handle(http.MethodPost, snapshotPath, s.restoreSnapshot) // binary body: bodyFirst leaves it (streamsBody)
+	handle(http.MethodGet, "/healthz", s.healthz)
+	handle(http.MethodGet, "/readyz", s.readyz)
+	handle(http.MethodGet, "/metrics", opts.Metrics.ServeHTTP)
+	r.PathPrefix(ui.Prefix).Handler(chain(ui.Prefix, ui.Handler())).Methods(http.MethodGet) // status page: static files, data by the API
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/" || r.URL.Path+"/" == ui.Prefix) {
 			// Where a browser pointed at a node lands: the status page.
@@ -159,11 +173,21 @@ func New(store Store, opts Options) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // identify stamps every response with this node's id and the leader's.
+// The header values are built once (per leader) and shared by every
+// response: net/http only reads them, and an Add would copy.
 func (s *Server) identify(next http.Handler) http.Handler {
+	node := []string{s.store.ID()}
+	var leader atomic.Pointer[[]string]
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(api.HeaderNode, s.store.ID())
+		h := w.Header()
+		h[api.HeaderNode] = node
 		if id, _ := s.store.Leader(); id != "" {
-			w.Header().Set(api.HeaderLeader, id)
+			l := leader.Load()
+			if l == nil || (*l)[0] != id {
+				l = &[]string{id}
+				leader.Store(l)
+			}
+			h[api.HeaderLeader] = *l
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -143,7 +143,8 @@ type readOnlySegment struct{ w types.SegmentWriter }
 func (r readOnlySegment) GetLog(idx uint64) (*types.PooledBuffer, error) { return r.w.GetLog(idx) }
 func (r readOnlySegment) Close() error                                   { return r.w.Close() }
 
-// privateVFS makes each new segment file 0600.
+// privateVFS makes each new segment file 0600, and syncs segments with
+// fdatasync (dataSyncFile).
 type privateVFS struct{ *walfs.FS }
 
 func (v privateVFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
@@ -155,7 +156,15 @@ func (v privateVFS) Create(dir, name string, size uint64) (types.WritableFile, e
 		f.Close()
 		return nil, fmt.Errorf("wal segment %s: %w", name, err)
 	}
-	return f, nil
+	return withDataSync(f, dir), nil
+}
+
+func (v privateVFS) OpenWriter(dir, name string) (types.WritableFile, error) {
+	f, err := v.FS.OpenWriter(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return withDataSync(f, dir), nil
 }
 
 // migrateToWAL opens DATA/wal, first moving into it a log that raft.db holds.

@@ -74,15 +74,40 @@ func (m *nodeMetrics) applied(op fsm.Op, r fsm.Result) {
 	}
 }
 
-// BlockedRaftMetrics are hashicorp/raft's go-metrics keys (below the
-// service name) that fire once per log entry or per received RPC, and that
-// raftlock's own metrics cover: raft.apply (raftlock_commands_applied_total),
+// DropRaftMetric reports whether a hashicorp/raft go-metrics key (key[0] is
+// the service name, then "raft", ...) is one that fires once per log entry
+// or once per RPC a follower receives and that raftlock's own metrics or
+// another raft metric cover: raft.apply (raftlock_commands_applied_total),
 // raft.commitTime (the HTTP request histogram; raft.leader.dispatchLog and
-// raft.replication.appendEntries.rpc time its parts per batch) and the
-// transport's per-RPC raft.net.* timings. Blocking them keeps their cost
-// (a summary update each) off every write. Pass them, with the service name
-// in front, as go-metrics' Config.BlockedPrefixes.
-var BlockedRaftMetrics = []string{"raft.apply", "raft.commitTime", "raft.net."}
+// raft.replication.appendEntries.rpc time its parts per batch), the
+// transport's per-RPC raft.net.* timings, a follower's
+// raft.rpc.appendEntries{,.storeLogs,.processLogs} (the leader's
+// raft.replication.appendEntries.rpc holds them) and the FSM's per-batch
+// raft.fsm.{apply,applyBatch,applyBatchNum,enqueue} (raftlock's apply
+// counters). Each costs a summary update (a quantile stream insert under a
+// lock) on every write; a sink that drops them by comparing the key's
+// parts, with no go-metrics filter (which joins every key into a string
+// first), keeps that off the write path. The dashboards and alert rules in
+// monitoring/ read none of them.
+func DropRaftMetric(key []string) bool {
+	if len(key) < 3 || key[1] != "raft" {
+		return false
+	}
+	switch key[2] {
+	case "apply", "commitTime", "net":
+		return true
+	case "rpc":
+		return len(key) > 3 && key[3] == "appendEntries"
+	case "fsm":
+		if len(key) > 3 {
+			switch key[3] {
+			case "apply", "applyBatch", "applyBatchNum", "enqueue":
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Collectors returns the node's Prometheus metrics for registration.
 func (n *Node) Collectors() []prometheus.Collector {

@@ -10,7 +10,13 @@
 # a Lua compare-and-delete. Each is driven by WORKERS workers, each with its own lock,
 # running acquire+release cycles for DURATION, straight to the leader (raftlock bench's
 # keep-alive HTTP to the leader; the etcd client given the leader's endpoint only). It
-# prints one Markdown table: cycles/s and acquire p50/p99 per system and worker count.
+# prints one Markdown table: cycles/s, acquire p50/p99 and the servers' CPU per cycle per
+# system and worker count, then each process's share: raftlock's leader per request and a
+# follower per committed entry. Server CPU is utime+stime from /proc/PID/stat of every
+# node, member or server over the measured window (the load generator is not in it); a
+# CPU-bound service's throughput is cores / CPU per cycle, so it is the figure that holds
+# on a machine shared with other work, where cycles/s and latency do not. The machine's
+# load average at the start is printed too.
 # Every node, member and server runs on 127.0.0.1, its data under one work dir on the
 # same disk; everything it starts is stopped and the work dir deleted when it exits.
 #
@@ -77,11 +83,20 @@ log "work dir $DIR; building"
 (cd "$ROOT" && go build -o "$DIR/raftlock" ./cmd/raftlock)
 (cd "$ROOT/bench/peers" && go build -o "$DIR/peers" .)
 
-declare -A CELL # CELL[system,workers] = "cycles/s | p50 | p99"
+declare -A CELL # CELL[system,workers] = "cycles/s, p50 / p99, CPU per cycle"
+declare -A CPU  # CPU[system,workers] = server CPU µs per cycle
 COLS=()
-cell() { # cell SYSTEM WORKERS JSON-with-cycles_per_sec,acquire_p50_ms,acquire_p99_ms
-	CELL[$1,$2]=$(jq -r '"\(.cycles_per_sec|floor) /s, \(.acquire_p50_ms) / \(.acquire_p99_ms) ms"' <<<"$3")
+PROCS=()       # per-process CPU lines printed under the table
+cell() { # cell SYSTEM WORKERS JSON-with-cycles_per_sec,acquire_p50_ms,acquire_p99_ms,cpu_us_per_cycle
+	CELL[$1,$2]=$(jq -r '"\(.cycles_per_sec|floor) /s, \(.acquire_p50_ms) / \(.acquire_p99_ms) ms, \(.cpu_us_per_cycle // 0 | floor) µs CPU"' <<<"$3")
+	CPU[$1,$2]=$(jq -r '.cpu_us_per_cycle // 0' <<<"$3")
 	log "$1, $2 workers: ${CELL[$1,$2]}"
+}
+# procs SYSTEM WORKERS JSON-with-processes: one line of each process's CPU.
+procs() {
+	PROCS+=("$1, $2 workers: $(jq -r '[.processes[] | "\(.name) \(.us_per_cycle|floor) µs/cycle" +
+		(if .role == "leader" then " (leader, \(.us_per_request|floor) µs/request)"
+		 elif .role == "follower" then " (follower, \(.us_per_entry|floor) µs/entry)" else "" end)] | join(", ")' <<<"$3")")
 }
 
 # wait_for CMD...: retry for 30 s.
@@ -90,6 +105,8 @@ wait_for() {
 	return 1
 }
 
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+log "load average at start: $LOAD"
 FSYNC=$("$DIR/peers" fsync --dir "$DIR" --count 2000 --json)
 log "fdatasync: $FSYNC"
 
@@ -105,18 +122,22 @@ run_raftlock() {
 	RAFTLOCK_CLUSTER_DIR=$cdir RAFTLOCK_CLUSTER_BIN=$DIR/raftlock RAFTLOCK_LOG_STORE=$store \
 		RAFTLOCK_CLUSTER_HTTP_BASE=$((PORT_BASE + 100)) RAFTLOCK_CLUSTER_RAFT_BASE=$((PORT_BASE + 200)) \
 		"$ROOT/scripts/cluster.sh" up 3 >/dev/null
-	local eps="" i
-	for i in 1 2 3; do eps+="${eps:+,}http://127.0.0.1:$((PORT_BASE + 100 + i))"; done
+	local eps="" pids="" i
+	for i in 1 2 3; do
+		eps+="${eps:+,}http://127.0.0.1:$((PORT_BASE + 100 + i))"
+		pids+="${pids:+,}n$i=$(cat "$cdir/n$i.pid")"
+	done
 	COLS+=("raftlock-$store")
 	for w in $WORKERS; do
-		out=$("$DIR/raftlock" bench --endpoints "$eps" --workers "$w" --duration "$DURATION" --progress 0 --json)
-		cell "raftlock-$store" "$w" "$(jq '{cycles_per_sec, acquire_p50_ms: .ops.acquire.p50_ms, acquire_p99_ms: .ops.acquire.p99_ms}' <<<"$out")"
+		out=$("$DIR/raftlock" bench --endpoints "$eps" --workers "$w" --duration "$DURATION" --progress 0 --json --server-pids "$pids")
+		cell "raftlock-$store" "$w" "$(jq '{cycles_per_sec, acquire_p50_ms: .ops.acquire.p50_ms, acquire_p99_ms: .ops.acquire.p99_ms, cpu_us_per_cycle: .cpu.us_per_cycle}' <<<"$out")"
+		procs "raftlock-$store" "$w" "$(jq .cpu <<<"$out")"
 	done
 	RAFTLOCK_CLUSTER_DIR=$cdir "$ROOT/scripts/cluster.sh" down --purge >/dev/null
 }
 
 run_etcd() {
-	local i cluster="" eps="" leader w
+	local i cluster="" eps="" leader w pids="" out
 	for i in 1 2 3; do
 		cluster+="${cluster:+,}e$i=http://127.0.0.1:$((PORT_BASE + 310 + i))"
 		eps+="${eps:+,}127.0.0.1:$((PORT_BASE + 300 + i))"
@@ -131,6 +152,7 @@ run_etcd() {
 			--initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "bench-$$" \
 			--logger zap --log-level warn </dev/null >"$DIR/etcd-e$i.log" 2>&1 &
 		PIDS+=($!)
+		pids+="${pids:+,}e$i=$!"
 	done
 	ETCDCTL_API=3 wait_for etcdctl --endpoints "$eps" endpoint health || die "etcd did not become healthy (logs in $DIR)"
 	# The member whose id is the leader's, as raftlock bench talks to raftlock's leader.
@@ -139,7 +161,9 @@ run_etcd() {
 	[[ -n $leader ]] || die "etcd: no leader found"
 	COLS+=(etcd)
 	for w in $WORKERS; do
-		cell etcd "$w" "$("$DIR/peers" etcd --endpoints "$leader" --workers "$w" --duration "$DURATION" --json)"
+		out=$("$DIR/peers" etcd --endpoints "$leader" --workers "$w" --duration "$DURATION" --json --server-pids "$pids")
+		cell etcd "$w" "$out"
+		procs etcd "$w" "$out"
 	done
 }
 
@@ -153,7 +177,7 @@ run_redis() {
 	wait_for redis-cli -p "$port" ping || die "redis did not answer (log in $DIR)"
 	COLS+=(redis)
 	for w in $WORKERS; do
-		cell redis "$w" "$("$DIR/peers" redis --addr "127.0.0.1:$port" --workers "$w" --duration "$DURATION" --json)"
+		cell redis "$w" "$("$DIR/peers" redis --addr "127.0.0.1:$port" --workers "$w" --duration "$DURATION" --json --server-pids "redis=${PIDS[-1]}")"
 	done
 }
 
@@ -167,8 +191,8 @@ for sys in $SYSTEMS; do
 done
 
 echo
-echo "$(nproc) cores, $(uname -r); fdatasync of a 4 KiB append: p50 $(jq .p50_ms <<<"$FSYNC") ms, p99 $(jq .p99_ms <<<"$FSYNC") ms; $DURATION per cell"
-echo "Acquire+release cycles, one lock per worker; each cell: cycles/s, acquire p50 / p99."
+echo "$(nproc) cores, $(uname -r), load average at start $LOAD; fdatasync of a 4 KiB append: p50 $(jq .p50_ms <<<"$FSYNC") ms, p99 $(jq .p99_ms <<<"$FSYNC") ms; $DURATION per cell"
+echo "Acquire+release cycles, one lock per worker; each cell: cycles/s, acquire p50 / p99, servers' CPU per cycle."
 echo
 header="| workers |" rule="| --- |"
 for c in "${COLS[@]}"; do header+=" $c |"; rule+=" --- |"; done
@@ -178,4 +202,14 @@ for w in $WORKERS; do
 	row="| $w |"
 	for c in "${COLS[@]}"; do row+=" ${CELL[$c,$w]:-} |"; done
 	echo "$row"
+done
+echo
+for p in "${PROCS[@]}"; do echo "$p"; done
+# Each raftlock store's CPU per cycle as a fraction of etcd's, in this run.
+for c in "${COLS[@]}"; do
+	[[ $c == raftlock-* && " ${COLS[*]} " == *" etcd "* ]] || continue
+	for w in $WORKERS; do
+		awk -v c="$c" -v w="$w" -v r="${CPU[$c,$w]:-0}" -v e="${CPU[etcd,$w]:-0}" \
+			'BEGIN { if (r > 0 && e > 0) printf "%s CPU per cycle at %s workers: %.2fx etcd'"'"'s\n", c, w, r / e }'
+	done
 done

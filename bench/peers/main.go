@@ -46,6 +46,11 @@ type result struct {
 	ReleaseP99   float64 `json:"release_p99_ms"`
 	Errors       int64   `json:"errors"`
 	FirstError   string  `json:"first_error,omitempty"`
+	// With --server-pids: the servers' CPU over the window, in all and
+	// per process, per cycle completed.
+	CPUMs     float64   `json:"cpu_ms,omitempty"`
+	CPUPerCyc float64   `json:"cpu_us_per_cycle,omitempty"`
+	Processes []procCPU `json:"processes,omitempty"`
 }
 
 func main() {
@@ -64,10 +69,15 @@ func main() {
 	addr := fs.String("addr", "127.0.0.1:6379", "redis: address")
 	dir := fs.String("dir", ".", "fsync: directory on the disk to probe")
 	count := fs.Int("count", 1000, "fsync: appends to time")
+	pids := fs.String("server-pids", "", "server processes to report the CPU of: NAME=PID,... or PID,...")
 	_ = fs.Parse(args)
+	procs, err := parseServerPids(*pids)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peers:", err)
+		os.Exit(2)
+	}
 
 	var r result
-	var err error
 	switch sys {
 	case "fsync":
 		err = fsyncProbe(*dir, *count, *jsonOut)
@@ -81,11 +91,11 @@ func main() {
 		var done func()
 		mk, done, err = newEtcd(strings.Split(*endpoints, ","), *ttl, *timeout)
 		if err == nil {
-			r, err = run(sys, *workers, *duration, *timeout, mk)
+			r, err = run(sys, *workers, *duration, *timeout, procs, mk)
 			done()
 		}
 	case "redis":
-		r, err = run(sys, *workers, *duration, *timeout, func(w int) (locker, error) {
+		r, err = run(sys, *workers, *duration, *timeout, procs, func(w int) (locker, error) {
 			return newRedisLocker(*addr, w, *ttl, *timeout)
 		})
 	default:
@@ -112,7 +122,7 @@ func runID() string {
 
 // run sets up one locker per worker, then lets every worker cycle until the
 // duration is over.
-func run(sys string, workers int, duration, timeout time.Duration, mk func(w int) (locker, error)) (result, error) {
+func run(sys string, workers int, duration, timeout time.Duration, procs []serverProc, mk func(w int) (locker, error)) (result, error) {
 	lockers := make([]locker, workers)
 	defer func() {
 		for _, l := range lockers {
@@ -148,6 +158,10 @@ func run(sys string, workers int, duration, timeout time.Duration, mk func(w int
 		errs.Add(1)
 		firstErr.CompareAndSwap(nil, err.Error())
 	}
+	cpuBefore, err := cpuOf(procs)
+	if err != nil {
+		return result{}, err
+	}
 	start := time.Now()
 	for w, l := range lockers {
 		wg.Add(1)
@@ -172,7 +186,21 @@ func run(sys string, workers int, duration, timeout time.Duration, mk func(w int
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpuAfter, err := cpuOf(procs)
+	if err != nil {
+		return result{}, err
+	}
 	r := result{System: sys, Workers: workers, DurationMs: elapsed.Milliseconds(), Cycles: cycles.Load(), Errors: errs.Load()}
+	var total time.Duration
+	for i, p := range procs {
+		d := cpuAfter[i] - cpuBefore[i]
+		total += d
+		r.Processes = append(r.Processes, procCPU{Name: p.name, PID: p.pid, CPUMs: float64(d.Microseconds()) / 1000,
+			UsPerCycle: float64(d.Microseconds()) / float64(max(r.Cycles, 1))})
+	}
+	if len(procs) > 0 {
+		r.CPUMs, r.CPUPerCyc = float64(total.Microseconds())/1000, float64(total.Microseconds())/float64(max(r.Cycles, 1))
+	}
 	r.CyclesPerSec = float64(r.Cycles) / elapsed.Seconds()
 	r.AcquireP50, r.AcquireP99 = pcts(slices.Concat(acq...))
 	r.ReleaseP50, r.ReleaseP99 = pcts(slices.Concat(rel...))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -37,6 +38,13 @@ not held before its TTL ran out. Any slip exits 1.
 Requests go over keep-alive HTTP straight to the leader (--via http), or
 through the Go client's TryAcquire/Renew/Release (--via client).
 
+--server-pids NAME=PID,... (or PID,...) names the server processes: bench
+reads their CPU (utime+stime in /proc/PID/stat) before and after the run
+and prints it per cycle, in all and per process; when the names are the
+nodes' ids it divides the leader's CPU by the requests sent and a
+follower's by the entries committed (the commit index's rise). bench's own
+CPU is never in it.
+
 Acquires shed with 429 overloaded are counted on a line of their own, with
 the latency of those answers (row "shed"). The leader's admission control
 counts writes per tenant, the lock name's first segment without tokens, so
@@ -61,6 +69,8 @@ type benchConfig struct {
 	// shedPause is how long a worker pauses after a 429 (0: it retries at
 	// once, a client that ignores Retry-After).
 	shedPause time.Duration
+	// servers are the processes whose CPU bench reports (none: no CPU report).
+	servers []serverProc
 }
 
 func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
@@ -76,8 +86,18 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c.fs.StringVar(&cfg.prefix, "prefix", "", "lock name prefix (default: bench/<random>/, fresh each run)")
 	c.fs.DurationVar(&cfg.progress, "progress", time.Second, "progress line interval on stderr (0: none)")
 	c.fs.DurationVar(&cfg.shedPause, "shed-pause", 0, "pause after a 429 overloaded before the next acquire (0: at once, ignoring Retry-After)")
+	serverPids := c.fs.String("server-pids", "", "server processes to report the CPU of: NAME=PID,... (NAME a node id to tell leader from followers) or PID,...")
 	if _, code, ok := c.parse(args, environ, 0, 0); !ok {
 		return code
+	}
+	var err error
+	if cfg.servers, err = parseServerPids(*serverPids); err != nil {
+		return c.usageError(err)
+	}
+	for _, p := range cfg.servers {
+		if _, err := procCPU(p.pid); err != nil {
+			return c.usageError(fmt.Errorf("--server-pids: %w", err))
+		}
 	}
 	switch {
 	case cfg.workers < 1:
@@ -112,7 +132,6 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 		eps = append(eps, strings.TrimSuffix(ep, "/"))
 	}
 	var target benchTarget
-	var err error
 	if cfg.via == "client" {
 		target, err = newClientTarget(eps, cfg.workers, c.conn.timeout)
 		if err != nil {
@@ -130,6 +149,9 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	defer target.close()
 
 	b := newBench(cfg, target, c.conn.timeout)
+	if len(cfg.servers) > 0 {
+		b.meter = &cpuMeter{procs: cfg.servers, endpoints: eps, hc: &http.Client{Timeout: c.conn.timeout}}
+	}
 	rep := b.run(context.Background(), stderr)
 	if c.conn.json {
 		c.printJSON(rep)
@@ -171,8 +193,11 @@ type bench struct {
 	locks   []lockState
 	runID   string
 
-	cycles atomic.Int64
-	errs   atomic.Int64
+	meter *cpuMeter // nil: no CPU report
+
+	cycles   atomic.Int64
+	requests atomic.Int64
+	errs     atomic.Int64
 
 	mu      sync.Mutex
 	errKind map[string]int64
@@ -205,6 +230,11 @@ func (b *bench) run(ctx context.Context, stderr io.Writer) *benchReport {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.duration)
 	defer cancel()
 	samples := make([]workerSamples, b.cfg.workers)
+	var cpuBefore cpuSample
+	var cpuErr error
+	if b.meter != nil {
+		cpuBefore, cpuErr = b.meter.sample(ctx)
+	}
 	start := time.Now()
 	stopProgress := b.startProgress(stderr, start)
 	var wg sync.WaitGroup
@@ -217,8 +247,20 @@ func (b *bench) run(ctx context.Context, stderr io.Writer) *benchReport {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	var cpuAfter cpuSample
+	if b.meter != nil && cpuErr == nil {
+		cpuAfter, cpuErr = b.meter.sample(context.WithoutCancel(ctx))
+	}
 	stopProgress()
-	return b.report(samples, elapsed)
+	rep := b.report(samples, elapsed)
+	switch {
+	case b.meter == nil:
+	case cpuErr != nil:
+		fmt.Fprintf(stderr, "raftlock bench: no cpu report: %v\n", cpuErr)
+	default:
+		rep.CPU = b.meter.report(cpuBefore, cpuAfter, rep.Cycles, b.requests.Load())
+	}
+	return rep
 }
 
 // startProgress prints cycles/s and errors every cfg.progress on one line
@@ -353,6 +395,7 @@ func (b *bench) worker(ctx context.Context, w int, s *workerSamples) {
 func (b *bench) call(ctx context.Context, f func(context.Context) (uint64, error)) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
+	b.requests.Add(1)
 	return f(ctx)
 }
 
@@ -429,6 +472,7 @@ type benchReport struct {
 	Errors       map[string]int64   `json:"errors"`
 	Slips        map[string]int64   `json:"slips"`
 	SlipTotal    int64              `json:"slip_total"`
+	CPU          *cpuReport         `json:"cpu,omitempty"`
 }
 
 // opStats are one call's successful answers and their latency percentiles,
@@ -513,6 +557,9 @@ func (r *benchReport) print(w io.Writer, via string) {
 	fmt.Fprintf(w, "\nerrors: %s\n", countsLine(others))
 	fmt.Fprintf(w, "overloaded (429, shed): %d\n", r.Errors[kindOverloaded])
 	fmt.Fprintf(w, "safety slips: %s\n", countsLine(r.Slips))
+	if r.CPU != nil {
+		r.CPU.print(w)
+	}
 }
 
 // countsLine prints "none" or "kind n, kind n" sorted by kind, leaving out

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +32,8 @@ func TestCLIBench(t *testing.T) {
 		{"uncontended http", []string{"--workers", "4"}, false},
 		{"contended client renew", []string{"--workers", "4", "--locks", "2", "--via", "client", "--renew"}, true},
 		{"more locks than workers", []string{"--workers", "4", "--locks", "9", "--renew"}, true},
-		{"json", []string{"--workers", "4", "--locks", "1", "--json"}, false},
+		// The cluster's nodes run in this test's process: its CPU is theirs.
+		{"json", []string{"--workers", "4", "--locks", "1", "--json", "--server-pids", "self=" + strconv.Itoa(os.Getpid())}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"bench", "--endpoints", eps, "--duration", "1s", "--ttl", "5s", "--progress", "300ms"}, tc.args...)
@@ -68,6 +71,10 @@ func TestCLIBench(t *testing.T) {
 			if rep.SlipTotal != 0 || len(rep.Slips) != 4 {
 				t.Errorf("slips %v (total %d), want the four kinds at 0", rep.Slips, rep.SlipTotal)
 			}
+			if c := rep.CPU; c == nil || c.Requests < 2*rep.Cycles || c.Entries < uint64(rep.Cycles) ||
+				len(c.Processes) != 1 || c.Processes[0].Name != "self" || c.TotalMs <= 0 || c.UsPerCycle <= 0 {
+				t.Errorf("cpu report %+v", c)
+			}
 		})
 	}
 }
@@ -84,6 +91,8 @@ func TestCLIBenchUsage(t *testing.T) {
 		{[]string{"--ttl", "100ms"}, exitUsage, "--ttl must be between 500ms and 1h, not 100ms"},
 		{[]string{"--via", "grpc"}, exitUsage, "--via must be http or client"},
 		{[]string{"--locks", "-1"}, exitUsage, "--locks must not be negative"},
+		{[]string{"--server-pids", "n1=x"}, exitUsage, "is not PID or NAME=PID"},
+		{[]string{"--server-pids", "n1=1073741824"}, exitUsage, "cpu of pid 1073741824"},
 		{[]string{"--endpoints", "http://127.0.0.1:1", "--timeout", "300ms"}, exitUnavailable, "no leader found"},
 	} {
 		r := runCLI(t, nil, append([]string{"bench"}, tc.args...)...)

@@ -184,13 +184,58 @@ func newRegistry(node *raftnode.Node) (*prometheus.Registry, error) {
 	conf := gometrics.DefaultConfig("raftlock")
 	conf.EnableHostname = false
 	conf.EnableRuntimeMetrics = false // the Go collector covers them
-	for _, key := range raftnode.BlockedRaftMetrics {
-		conf.BlockedPrefixes = append(conf.BlockedPrefixes, conf.ServiceName+"."+key)
-	}
-	if _, err := gometrics.NewGlobal(conf, sink); err != nil {
+	// No go-metrics filter: it would join every key of every call into a
+	// string to look it up; raftSink drops the per-entry keys itself.
+	if _, err := gometrics.NewGlobal(conf, raftSink{sink}); err != nil {
 		return nil, fmt.Errorf("raft metrics: %w", err)
 	}
 	return reg, nil
+}
+
+// raftSink passes hashicorp/raft's metrics to the Prometheus sink, except
+// those raftnode.DropRaftMetric names: they fire on every write.
+type raftSink struct{ next gometrics.MetricSink }
+
+func (s raftSink) SetGauge(key []string, val float32) {
+	if !raftnode.DropRaftMetric(key) {
+		s.next.SetGauge(key, val)
+	}
+}
+
+func (s raftSink) SetGaugeWithLabels(key []string, val float32, labels []gometrics.Label) {
+	if !raftnode.DropRaftMetric(key) {
+		s.next.SetGaugeWithLabels(key, val, labels)
+	}
+}
+
+func (s raftSink) EmitKey(key []string, val float32) {
+	if !raftnode.DropRaftMetric(key) {
+		s.next.EmitKey(key, val)
+	}
+}
+
+func (s raftSink) IncrCounter(key []string, val float32) {
+	if !raftnode.DropRaftMetric(key) {
+		s.next.IncrCounter(key, val)
+	}
+}
+
+func (s raftSink) IncrCounterWithLabels(key []string, val float32, labels []gometrics.Label) {
+	if !raftnode.DropRaftMetric(key) {
+		s.next.IncrCounterWithLabels(key, val, labels)
+	}
+}
+
+func (s raftSink) AddSample(key []string, val float32) {
+	if !raftnode.DropRaftMetric(key) {
+		s.next.AddSample(key, val)
+	}
+}
+
+func (s raftSink) AddSampleWithLabels(key []string, val float32, labels []gometrics.Label) {
+	if !raftnode.DropRaftMetric(key) {
+		s.next.AddSampleWithLabels(key, val, labels)
+	}
 }
 
 func advertiseOr(advertise, listen string) string {

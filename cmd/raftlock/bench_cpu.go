@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A CPU-bound service serves cores ÷ (CPU per operation), so bench reports
+// the servers' CPU per cycle next to cycles/s: it is the figure that does not
+// move with how many cores the machine has or how many other programs share
+// them. It is read from /proc/PID/stat of each server process (utime+stime)
+// before and after the measured window; bench's own CPU is not in it.
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat. Linux
+// fixes it at 100 for every architecture Go supports; sysconf(_SC_CLK_TCK)
+// would need cgo to say the same.
+const clockTicks = 100
+
+// serverProc is one server process bench samples: its name (a raftlock node
+// id, when it is a node, so that bench can tell the leader) and pid.
+type serverProc struct {
+	name string
+	pid  int
+}
+
+// parseServerPids reads --server-pids: a comma-separated list of PID or
+// NAME=PID. A bare PID is named after itself.
+func parseServerPids(s string) ([]serverProc, error) {
+	var out []serverProc
+	seen := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		name, p, ok := strings.Cut(f, "=")
+		if !ok {
+			name, p = f, f
+		}
+		pid, err := strconv.Atoi(p)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("--server-pids: %q is not PID or NAME=PID", f)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("--server-pids: %q given twice", name)
+		}
+		seen[name] = true
+		out = append(out, serverProc{name: name, pid: pid})
+	}
+	return out, nil
+}
+
+// procCPU is the CPU time (user+system) process pid has used so far.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("cpu of pid %d: %w", pid, err)
+	}
+	ticks, err := parseProcStatCPU(string(b))
+	if err != nil {
+		return 0, fmt.Errorf("cpu of pid %d: %w", pid, err)
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// parseProcStatCPU is utime+stime, in clock ticks, of one /proc/PID/stat
+// line. The command name (field 2) is in parentheses and may itself hold
+// spaces and parentheses, so fields are counted from the last ')'.
+func parseProcStatCPU(stat string) (uint64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat %q: no command name", stat)
+	}
+	// After ") " come field 3 (state) onwards: utime is field 14, stime 15.
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("stat: %d fields after the command name, want at least 13", len(f))
+	}
+	utime, err := strconv.ParseUint(f[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stat utime %q: %w", f[11], err)
+	}
+	stime, err := strconv.ParseUint(f[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stat stime %q: %w", f[12], err)
+	}
+	return utime + stime, nil
+}
+
+// cpuSample is every server's CPU and the cluster's commit index at one
+// moment.
+type cpuSample struct {
+	cpu    []time.Duration
+	commit uint64
+	leader string
+}
+
+// cpuMeter samples the servers at the start and the end of bench's window.
+type cpuMeter struct {
+	procs     []serverProc
+	endpoints []string
+	hc        *http.Client
+}
+
+func (m *cpuMeter) sample(ctx context.Context) (cpuSample, error) {
+	var s cpuSample
+	// The commit index first: the CPU reads that follow are microseconds,
+	// the HTTP round trip is not.
+	if st, err := m.cluster(ctx); err == nil {
+		s.commit, s.leader = st.CommitIndex, st.Leader
+	}
+	for _, p := range m.procs {
+		c, err := procCPU(p.pid)
+		if err != nil {
+			return s, err
+		}
+		s.cpu = append(s.cpu, c)
+	}
+	return s, nil
+}
+
+// cluster asks the endpoints in turn for GET /v1/cluster.
+func (m *cpuMeter) cluster(ctx context.Context) (*struct {
+	Leader      string `json:"leader"`
+	CommitIndex uint64 `json:"commit_index"`
+}, error) {
+	var last error
+	for _, ep := range m.endpoints {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep+"/v1/cluster", nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := m.hc.Do(req)
+		if err != nil {
+			last = err
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, benchMaxBody))
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			last = fmt.Errorf("GET %s/v1/cluster: status %d: %v", ep, resp.StatusCode, err)
+			continue
+		}
+		var st struct {
+			Leader      string `json:"leader"`
+			CommitIndex uint64 `json:"commit_index"`
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			last = err
+			continue
+		}
+		return &st, nil
+	}
+	return nil, last
+}
+
+// cpuReport is the servers' CPU over bench's window.
+type cpuReport struct {
+	// TotalMs is every sampled server's CPU over the window, and
+	// UsPerCycle that divided by the cycles completed.
+	TotalMs    float64 `json:"total_ms"`
+	UsPerCycle float64 `json:"us_per_cycle"`
+	// Requests is every call bench sent (answered or not); Entries is how
+	// far the cluster's commit index moved (0 when it could not be read).
+	Requests  int64        `json:"requests"`
+	Entries   uint64       `json:"entries"`
+	Processes []procReport `json:"processes"`
+}
+
+// procReport is one server process: the leader's CPU is divided by the
+// requests (it answers every one), a follower's by the entries it stored.
+type procReport struct {
+	Name         string  `json:"name"`
+	PID          int     `json:"pid"`
+	Role         string  `json:"role,omitempty"` // leader or follower, when the names are node ids
+	CPUMs        float64 `json:"cpu_ms"`
+	UsPerCycle   float64 `json:"us_per_cycle"`
+	UsPerRequest float64 `json:"us_per_request,omitempty"`
+	UsPerEntry   float64 `json:"us_per_entry,omitempty"`
+}
+
+func (m *cpuMeter) report(before, after cpuSample, cycles, requests int64) *cpuReport {
+	r := &cpuReport{Requests: requests}
+	if after.commit > before.commit {
+		r.Entries = after.commit - before.commit
+	}
+	leader := after.leader
+	if leader != before.leader {
+		leader = "" // it changed mid-run: no node served every request
+	}
+	per := func(d time.Duration, n float64) float64 {
+		if n <= 0 {
+			return 0
+		}
+		return float64(d.Microseconds()) / n
+	}
+	var total time.Duration
+	isNode := false
+	for _, p := range m.procs {
+		isNode = isNode || p.name == before.leader || p.name == after.leader
+	}
+	for i, p := range m.procs {
+		d := after.cpu[i] - before.cpu[i]
+		total += d
+		pr := procReport{Name: p.name, PID: p.pid, CPUMs: msf(d), UsPerCycle: per(d, float64(cycles))}
+		switch {
+		case !isNode:
+		case p.name == leader:
+			pr.Role, pr.UsPerRequest = "leader", per(d, float64(requests))
+		default:
+			pr.Role, pr.UsPerEntry = "follower", per(d, float64(r.Entries))
+		}
+		r.Processes = append(r.Processes, pr)
+	}
+	r.TotalMs, r.UsPerCycle = msf(total), per(total, float64(cycles))
+	return r
+}
+
+func (r *cpuReport) print(w io.Writer) {
+	fmt.Fprintf(w, "server cpu: %.0f ms, %.0f µs per cycle (%d requests, %d entries)\n", r.TotalMs, r.UsPerCycle, r.Requests, r.Entries)
+	for _, p := range r.Processes {
+		line := fmt.Sprintf("  %-10s pid %-7d %8.0f ms %7.0f µs/cycle", p.Name, p.PID, p.CPUMs, p.UsPerCycle)
+		switch {
+		case p.Role == "leader":
+			line += fmt.Sprintf("  leader, %.0f µs/request", p.UsPerRequest)
+		case p.Role == "follower" && p.UsPerEntry > 0:
+			line += fmt.Sprintf("  follower, %.0f µs/entry", p.UsPerEntry)
+		case p.Role != "":
+			line += "  " + p.Role
+		}
+		fmt.Fprintln(w, line)
+	}
+}

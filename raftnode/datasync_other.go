@@ -1,0 +1,9 @@
+//go:build !linux
+
+package raftnode
+
+import "errors"
+
+const haveDataSync = false
+
+func fdatasync(uintptr) error { return errors.New("fdatasync: not on this system") }
