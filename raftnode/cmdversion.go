@@ -37,6 +37,7 @@ type cmdFormat struct {
 	term      uint64
 	configKey string
 	version   uint8
+	heardAll  bool // every member answered as itself: the verdict stands
 }
 
 // CommandVersion is the command format this node writes now: the surveyed
@@ -103,7 +104,13 @@ func formatFor(members []raft.Server, reports map[raft.ServerID]report) (uint8, 
 func (n *Node) recordFormat(term uint64, config string, members []raft.Server, reports map[raft.ServerID]report) {
 	surveyed, why := formatFor(members, reports)
 	was := n.commandVersionIn(term)
-	prev := n.cmdFormat.Swap(&cmdFormat{term: term, configKey: config, version: surveyed})
+	heardAll := true
+	for _, s := range members {
+		if r := reports[s.ID]; r.err != nil || r.p.ID != string(s.ID) {
+			heardAll = false
+		}
+	}
+	prev := n.cmdFormat.Swap(&cmdFormat{term: term, configKey: config, version: surveyed, heardAll: heardAll})
 	n.formatNews.notify()
 	v := n.commandVersionIn(term)
 	switch {
@@ -124,15 +131,20 @@ func (n *Node) recordFormat(term uint64, config string, members []raft.Server, r
 // a member still starting) the surveys repeat quickly (promoteLoop). A
 // write that needs a newer format waits for them rather than being refused
 // for want of a survey, so a cluster that starts together accepts every
-// feature from its first request. A member that does not answer, or runs
-// an older build, holds the format back after the wait as before.
+// feature from its first request. Once every member has answered, the
+// verdict stands and nothing waits: a member running an older build holds
+// the format back at once, one that does not answer after the wait.
 func (n *Node) awaitFormat(ctx context.Context, cmd fsm.Command) uint8 {
 	term := n.raft.CurrentTerm()
 	timer := time.NewTimer(n.fetchTimeout())
 	defer timer.Stop()
 	for {
 		news := n.formatNews.wait()
-		if v := n.commandVersionIn(term); fsm.Fits(cmd, v) || !n.IsLeader() || n.raft.CurrentTerm() != term {
+		v := n.commandVersionIn(term)
+		if fsm.Fits(cmd, v) || !n.IsLeader() || n.raft.CurrentTerm() != term {
+			return v
+		}
+		if f := n.cmdFormat.Load(); f != nil && f.term == term && f.heardAll {
 			return v
 		}
 		select {
