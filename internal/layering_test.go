@@ -79,6 +79,15 @@ func TestLayering(t *testing.T) {
 			t.Error(v)
 		}
 	})
+	t.Run("logstore knows no node", func(t *testing.T) {
+		// The log stores stand apart from the consensus wiring, as raft-wal
+		// and raft-boltdb do from hashicorp/raft. Their one import from
+		// raftlock is internal/store, for the ErrStorage that the HTTP
+		// layer maps.
+		for _, v := range violations(t, mod+"raftnode/logstore", mod+"raftnode", mod+"httpapi", mod+"client") {
+			t.Error(v)
+		}
+	})
 	t.Run("raftnode makes no HTTP calls", func(t *testing.T) {
 		// Joins, announces and progress go through functions in its Config
 		// (httpapi.Joiner, httpapi.ProgressFetcher). net/http still comes in

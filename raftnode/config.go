@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/raftlock/raftlock/raftnode/logstore"
 )
 
 // Config is everything a node needs; cmd/raftlock fills it from flags.
@@ -23,7 +24,8 @@ type Config struct {
 
 	// LogStore is where the Raft log lives: LogStoreWAL (DATA/wal) or
 	// LogStoreBoltDB (raft.db, which is the stable store either way). A log
-	// found in the other store is moved on start. Empty: DefaultLogStore (the WAL).
+	// found in the other store is moved on start (see logstore.Open).
+	// Empty: DefaultLogStore (the WAL).
 	LogStore string
 
 	// RaftTLS, when set, makes Raft traffic mutual TLS: the same config
@@ -96,6 +98,16 @@ type Config struct {
 	Clock  Clock        // monotonic clock stamped into entries; nil: the system clock
 	Logger hclog.Logger // nil: a default logger
 }
+
+// Log store kinds for Config.LogStore, as the logstore package names them.
+const (
+	LogStoreWAL     = logstore.WAL
+	LogStoreBoltDB  = logstore.BoltDB
+	DefaultLogStore = logstore.Default
+)
+
+// ValidLogStore reports whether kind names a log store.
+func ValidLogStore(kind string) bool { return logstore.ValidKind(kind) }
 
 func (c *Config) setDefaults() {
 	def := func(d *time.Duration, v time.Duration) {

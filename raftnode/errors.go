@@ -24,7 +24,7 @@ var (
 	// ErrDiverged: a state check found this node's state different from
 	// the leader's (integrity.go).
 	ErrDiverged = store.ErrDiverged
-	// ErrStorage: this node's disk refused a write (storage.go).
+	// ErrStorage: this node's disk refused a write (logstore.GuardWrites).
 	ErrStorage = store.ErrStorage
 	// ErrNotSupportedYet: the command needs a command format the format rule does
 	// not allow yet (cmdversion.go).

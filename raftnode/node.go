@@ -1,9 +1,10 @@
 // Package raftnode wires the lock state machine to hashicorp/raft: the log
-// and stable stores (the WAL or BoltDB for the log, BoltDB for the vote
-// record), file snapshots, the TCP transport, bootstrap and membership, the
-// write path and the leader's clock ticks, parked acquires, backup restore
-// and state checks. It knows nothing of HTTP handlers; the httpapi package
-// talks to it through a small interface. DESIGN.md has a map of its files.
+// and stable stores (opened from raftnode/logstore: the WAL or BoltDB for
+// the log, BoltDB for the vote record), file snapshots, the TCP transport,
+// bootstrap and membership, the write path and the leader's clock ticks,
+// parked acquires, backup restore and state checks. It knows nothing of HTTP
+// handlers; the httpapi package talks to it through a small interface.
+// DESIGN.md has a map of its files.
 package raftnode
 
 import (
@@ -21,6 +22,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/raftnode/logstore"
 	"go.etcd.io/bbolt"
 )
 
@@ -32,9 +34,9 @@ type Node struct {
 	machine   *fsm.Machine
 	raft      *raft.Raft
 	transport *watchedTransport
-	store     *raftboltdb.BoltStore // raft.db: the stable store, and the log with LogStoreBoltDB
-	stable    *closingStable        // store as raft's stable store, closed before store
-	logStore  io.Closer             // closes the log store when it is not raft.db
+	store     *raftboltdb.BoltStore   // raft.db: the stable store, and the log with LogStoreBoltDB
+	stable    *logstore.ClosingStable // store as raft's stable store, closed before store
+	logStore  io.Closer               // closes the log store when it is not raft.db
 	logs      raft.LogStore
 	fsm       *raftFSM
 
@@ -124,7 +126,7 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 func (n *Node) open() error {
 	cfg := n.cfg
 	dbPath := filepath.Join(cfg.DataDir, "raft.db")
-	if err := checkBoltFile(dbPath); err != nil {
+	if err := logstore.CheckBoltFile(dbPath); err != nil {
 		return err
 	}
 	store, err := raftboltdb.New(raftboltdb.Options{
@@ -142,7 +144,7 @@ func (n *Node) open() error {
 	if err := os.Chmod(dbPath, 0o600); err != nil {
 		return fmt.Errorf("raft store %s: %w", dbPath, err)
 	}
-	logStore, closer, err := openLogStore(cfg.DataDir, cfg.LogStore, store, n.log)
+	logStore, closer, err := logstore.Open(cfg.DataDir, cfg.LogStore, store, n.log)
 	if err != nil {
 		return err
 	}
@@ -152,17 +154,17 @@ func (n *Node) open() error {
 		return fmt.Errorf("open snapshot store: %w", err)
 	}
 	snapDir := filepath.Join(cfg.DataDir, "snapshots")
-	if err := makePrivate(snapDir); err != nil {
+	if err := logstore.MakePrivate(snapDir); err != nil {
 		return fmt.Errorf("snapshot store %s: %w", snapDir, err)
 	}
-	snaps := privateSnapshots{SnapshotStore: files, dir: snapDir, log: n.log}
-	if err := checkVoteRecord(store, logStore, snaps, cfg.DataDir, cfg.AllowLostVoteRecord, n.log); err != nil {
+	snaps := logstore.NewPrivateSnapshots(files, snapDir, n.log)
+	if err := logstore.CheckVoteRecord(store, logStore, snaps, cfg.DataDir, cfg.AllowLostVoteRecord, n.log); err != nil {
 		return err
 	}
 	// A kill between a snapshot install (or restore) and the log reset that
 	// follows it would strand the node on the WAL; finish the reset.
 	scratch := func(r io.Reader) error { return fsm.New().Restore(r) }
-	if err := clearLogBelowSnapshot(logStore, snaps, scratch, n.log); err != nil {
+	if err := logstore.ClearLogBelowSnapshot(logStore, snaps, scratch, n.log); err != nil {
 		return err
 	}
 	nt, err := newTransport(cfg)
@@ -201,12 +203,12 @@ func (n *Node) open() error {
 		return fmt.Errorf("log cache: %w", err)
 	}
 	// Above the cache: it flattens the store's error into a string.
-	// keepMonotonic: the guard hides the WAL's IsMonotonic, which raft needs.
-	logs := keepMonotonic(logStore, guardedLogs{LogStore: cache, log: n.log})
+	// KeepMonotonic: the guard hides the WAL's IsMonotonic, which raft needs.
+	logs := logstore.KeepMonotonic(logStore, logstore.GuardWrites(cache, n.log))
 	n.fsm = &raftFSM{m: n.machine, applied: n.onApplied, restored: n.watches.wakeAll}
 	n.fsm.integrity.log.Store(&n.log) // before raft replays the log
 	n.logs = logs
-	n.stable = &closingStable{StableStore: store}
+	n.stable = logstore.NewClosingStable(store)
 	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.stable, snaps, n.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
@@ -322,7 +324,7 @@ func (n *Node) closeStores() {
 		}
 	}
 	if n.stable != nil {
-		n.stable.close()
+		n.stable.Close()
 	}
 	if n.store != nil {
 		n.store.Close()

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/raftnode/logstore"
 	"go.etcd.io/bbolt"
 )
 
@@ -33,7 +34,7 @@ func Recover(dataDir, logStore string, peers map[string]string, logger hclog.Log
 		// Wherever the log is now: recovering must not move it between
 		// stores (the next start with the node's own flag would move it back).
 		logStore = LogStoreBoltDB
-		if ok, err := walExists(dataDir); err != nil {
+		if ok, err := logstore.HasWAL(dataDir); err != nil {
 			return fmt.Errorf("recover: %w", err)
 		} else if ok {
 			logStore = LogStoreWAL
@@ -43,7 +44,7 @@ func Recover(dataDir, logStore string, peers map[string]string, logger hclog.Log
 	if _, err := os.Stat(dbPath); err != nil {
 		return fmt.Errorf("recover: %s: %w (is %s a node's data dir?)", dbPath, err, dataDir)
 	}
-	if err := checkBoltFile(dbPath); err != nil {
+	if err := logstore.CheckBoltFile(dbPath); err != nil {
 		return err
 	}
 	store, err := raftboltdb.New(raftboltdb.Options{
@@ -54,7 +55,7 @@ func Recover(dataDir, logStore string, peers map[string]string, logger hclog.Log
 		return fmt.Errorf("recover: open raft store in %s (is the node still running?): %w", dataDir, err)
 	}
 	defer store.Close()
-	logs, closer, err := openLogStore(dataDir, logStore, store, log)
+	logs, closer, err := logstore.Open(dataDir, logStore, store, log)
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func Recover(dataDir, logStore string, peers map[string]string, logger hclog.Log
 		return fmt.Errorf("recover: open snapshot store: %w", err)
 	}
 	snapDir := filepath.Join(dataDir, "snapshots")
-	snaps := privateSnapshots{SnapshotStore: files, dir: snapDir, log: log}
+	snaps := logstore.NewPrivateSnapshots(files, snapDir, log)
 	var servers []raft.Server
 	for id, addr := range peers {
 		servers = append(servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr), Suffrage: raft.Voter})
@@ -80,7 +81,7 @@ func Recover(dataDir, logStore string, peers map[string]string, logger hclog.Log
 	if err := raft.RecoverCluster(rc, f, logs, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
 		return fmt.Errorf("recover cluster in %s: %w", dataDir, err)
 	}
-	if err := makePrivate(snapDir); err != nil {
+	if err := logstore.MakePrivate(snapDir); err != nil {
 		return fmt.Errorf("recover: snapshot store %s: %w", snapDir, err)
 	}
 	log.Warn("configuration rewritten", "dir", dataDir, "voters", len(servers), "last_index", machine.Clock().Index, "locks", machine.HeldCount())

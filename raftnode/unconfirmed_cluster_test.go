@@ -65,7 +65,7 @@ func copyCrashImage(t *testing.T, src, dst string) {
 // node refuses stale reads and is not ready until its state is the
 // cluster's again.
 // Observed: restarted from the crash image, raft starts from the restore's
-// snapshot (on the WAL, clearLogBelowSnapshot even clears the committed log
+// snapshot (on the WAL, logstore.ClearLogBelowSnapshot even clears the committed log
 // below it), the machine holds the backup's A (released by a committed entry
 // the cluster still has), and a stale read answers A held: a state the
 // cluster never committed, with no record to stop it.
@@ -80,7 +80,7 @@ func TestRestoreKilledBeforeAnswerServesNothingUncommitted(t *testing.T) {
 // answers ErrEnqueueTimeout after installing the restore (its timer fired
 // while the install ran: the no-op at R+1 is never enqueued) and the node
 // then stops before it logs anything past R. raft-wal's log is empty after
-// the restore (removeOldLogs; here clearLogBelowSnapshot does it at start),
+// the restore (removeOldLogs; here logstore.ClearLogBelowSnapshot does it at start),
 // raft-boltdb's ends at R-1.
 //
 // Expected: the record keeps reads refused and the node not ready until its

@@ -293,7 +293,7 @@ func TestRestoreCrashPassesOnCorrectServer(t *testing.T) {
 // pauses, so that the unfenced register loses writes and (c) is judged)
 // against the seeded server build, on --log-store boltdb: on the WAL a node
 // started on a snapshot past its log's end clears the log
-// (raftnode/walopen.go), so the crashed leader can only catch up by the
+// (raftnode/logstore/clearlog.go), so the crashed leader can only catch up by the
 // leader's snapshot and the bug has nothing to act on. Every restore-crash
 // fault must have crashed its leader at the crash point, or the run proves
 // nothing.

@@ -1,4 +1,17 @@
-package raftnode
+// Package logstore holds a raftlock node's Raft log and stable store: the
+// log in raft-wal (DATA/wal) or in raft-boltdb (raft.db, which is the
+// stable store, term and vote, either way), moving the log between the two
+// when the kind changes, the repairs raft-wal v0.4.0 needs to never strand
+// a node, the checks that refuse a damaged or incomplete data dir before
+// raft opens it, and the wrappers raft sees the stores through (writes that
+// fail as ErrStorage, a stable store safe to close, private snapshot files).
+//
+// It is apart from raftnode, which wires these stores to hashicorp/raft,
+// as hashicorp/raft keeps its log stores out of the consensus package
+// (raft-boltdb and raft-wal are modules of their own): nothing here knows
+// the node, the lock state machine or the cluster, so the storage code and
+// its crash and fault tests can be read and changed on their own.
+package logstore
 
 import (
 	"errors"
@@ -19,14 +32,14 @@ import (
 // Log store kinds. raft.db (raft-boltdb) is the stable store (term, vote) in
 // both; only where the Raft log lives differs.
 const (
-	// LogStoreWAL keeps the log in DATA/wal/ (hashicorp/raft-wal): one
-	// fdatasync per append, where BoltDB needs two (data pages, then meta).
-	LogStoreWAL = "wal"
-	// LogStoreBoltDB keeps the log in raft.db beside the stable store.
-	LogStoreBoltDB = "boltdb"
+	// WAL keeps the log in DATA/wal/ (hashicorp/raft-wal): one fdatasync
+	// per append, where BoltDB needs two (data pages, then meta).
+	WAL = "wal"
+	// BoltDB keeps the log in raft.db beside the stable store.
+	BoltDB = "boltdb"
 )
 
-// DefaultLogStore is the log store of a node whose Config leaves it empty.
+// Default is the log store of a node whose configuration names none.
 // The WAL: it commits an append with one fdatasync where BoltDB needs two
 // (data pages, then meta), and hashicorp/raft syncs the leader's append and
 // each follower's in series, so a commit waits on two syncs instead of four.
@@ -39,7 +52,7 @@ const (
 // tested by TestWALSuffixClearedSurvivesRestarts. A data dir whose log is in
 // raft.db (boltdb, the default before) is moved into the WAL on start;
 // --log-store boltdb keeps or moves it back there.
-const DefaultLogStore = LogStoreWAL
+const Default = WAL
 
 // The WAL's directories in the data dir. A migration builds the WAL in
 // walStaging and renames it to walDir (the commit point: from then on the
@@ -55,16 +68,16 @@ const (
 // migrateBatch is how many entries one store call of a migration copies.
 const migrateBatch = 1024
 
-// ValidLogStore reports whether kind names a log store.
-func ValidLogStore(kind string) bool { return kind == LogStoreWAL || kind == LogStoreBoltDB }
+// ValidKind reports whether kind names a log store (WAL or BoltDB).
+func ValidKind(kind string) bool { return kind == WAL || kind == BoltDB }
 
-// openLogStore opens the Raft log store of kind in the data dir. bolt is the
-// node's open raft.db: the stable store in both kinds, and the log store of
-// "boltdb". A log found in the other store is moved into the chosen one
-// first (see migrateToWAL, migrateToBolt), so switching --log-store needs no
-// other step. The closer closes what this opened (nothing for "boltdb": the
-// caller closes raft.db).
-func openLogStore(dir, kind string, bolt *raftboltdb.BoltStore, log hclog.Logger) (raft.LogStore, io.Closer, error) {
+// Open opens the Raft log store of kind (WAL or BoltDB) in the data dir.
+// bolt is the node's open raft.db: the stable store in both kinds, and the
+// log store of "boltdb". A log found in the other store is moved into the
+// chosen one first (see migrateToWAL, migrateToBolt), so switching
+// --log-store needs no other step. The closer closes what this opened
+// (nothing for "boltdb": the caller closes raft.db).
+func Open(dir, kind string, bolt *raftboltdb.BoltStore, log hclog.Logger) (raft.LogStore, io.Closer, error) {
 	// Leftovers of a migration cut off before its commit point: the log is
 	// still whole in its old place.
 	for _, d := range []string{walStaging, walDropped} {
@@ -76,19 +89,19 @@ func openLogStore(dir, kind string, bolt *raftboltdb.BoltStore, log hclog.Logger
 		return nil, nil, err
 	}
 	switch kind {
-	case LogStoreWAL:
+	case WAL:
 		w, err := migrateToWAL(dir, bolt, log)
 		if err != nil {
 			return nil, nil, err
 		}
 		return w, w, nil
-	case LogStoreBoltDB:
+	case BoltDB:
 		if err := migrateToBolt(dir, bolt, log); err != nil {
 			return nil, nil, err
 		}
 		return bolt, nopCloser{}, nil
 	default:
-		return nil, nil, fmt.Errorf("unknown log store %q (want %q or %q)", kind, LogStoreWAL, LogStoreBoltDB)
+		return nil, nil, fmt.Errorf("unknown log store %q (want %q or %q)", kind, WAL, BoltDB)
 	}
 }
 
@@ -96,7 +109,10 @@ type nopCloser struct{}
 
 func (nopCloser) Close() error { return nil }
 
-func walExists(dir string) (bool, error) {
+// HasWAL reports whether the data dir holds a WAL (DATA/wal with its
+// wal-meta.db), that is whether its Raft log is in the WAL rather than in
+// raft.db.
+func HasWAL(dir string) (bool, error) {
 	_, err := os.Stat(filepath.Join(dir, walDir, "wal-meta.db"))
 	if errors.Is(err, fs.ErrNotExist) {
 		// Segment files without their meta database are a lost wal-meta.db,
@@ -173,7 +189,7 @@ func migrateToWAL(dir string, bolt *raftboltdb.BoltStore, log hclog.Logger) (*wa
 	if err != nil {
 		return nil, fmt.Errorf("inspect raft log in raft.db: %w", err)
 	}
-	exists, err := walExists(dir)
+	exists, err := HasWAL(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +233,7 @@ func migrateToWAL(dir string, bolt *raftboltdb.BoltStore, log hclog.Logger) (*wa
 
 // migrateToBolt moves a log that DATA/wal holds into raft.db and drops the WAL.
 func migrateToBolt(dir string, bolt *raftboltdb.BoltStore, log hclog.Logger) error {
-	exists, err := walExists(dir)
+	exists, err := HasWAL(dir)
 	if err != nil || !exists {
 		return err
 	}
@@ -318,12 +334,12 @@ func renameDurable(dir, from, to string) error {
 	return nil
 }
 
-// keepMonotonic gives wrapped (a wrapper of inner, such as the error guard
+// KeepMonotonic gives wrapped (a wrapper of inner, such as the error guard
 // or a test hook) inner's demand for contiguous appends: raft-wal refuses a
 // gap, and raft clears the log after installing a snapshot only when the
 // store it holds says IsMonotonic. A wrapper that embeds raft.LogStore hides
 // the method; raft's LogCache passes it on from the store it wraps.
-func keepMonotonic(inner, wrapped raft.LogStore) raft.LogStore {
+func KeepMonotonic(inner, wrapped raft.LogStore) raft.LogStore {
 	if m, ok := inner.(raft.MonotonicLogStore); ok && m.IsMonotonic() {
 		if _, ok := wrapped.(raft.MonotonicLogStore); !ok {
 			return monotonicLogs{wrapped}

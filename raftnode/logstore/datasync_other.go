@@ -1,6 +1,6 @@
 //go:build !linux
 
-package raftnode
+package logstore
 
 import "errors"
 

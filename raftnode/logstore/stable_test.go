@@ -1,4 +1,4 @@
-package raftnode
+package logstore
 
 import (
 	"testing"
@@ -13,11 +13,11 @@ import (
 func TestStableWriteAfterCloseWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem := raft.NewInmemStore()
-		s := &closingStable{StableStore: mem, late: make(chan struct{})}
+		s := &ClosingStable{StableStore: mem, late: make(chan struct{})}
 		if err := s.SetUint64([]byte("CurrentTerm"), 4); err != nil {
 			t.Fatal(err)
 		}
-		s.close()
+		s.Close()
 		returned := make(chan error, 1)
 		go func() { returned <- s.SetUint64([]byte("CurrentTerm"), 5) }()
 		synctest.Wait() // the write is blocked for good, or has returned

@@ -1,4 +1,4 @@
-package raftnode
+package logstore
 
 import (
 	"errors"
@@ -181,7 +181,7 @@ func TestWALTransientWriteErrorHealsOnRetry(t *testing.T) {
 // the log and where each begins and ends. Lost (deleted, or a restore of the
 // data dir that missed it), raft-wal starts a new, empty log and deletes
 // every segment file it finds as a leftover, and raftlock starts on that:
-// raft.db still holds the term, so checkVoteRecord passes. The node's log is
+// raft.db still holds the term, so CheckVoteRecord passes. The node's log is
 // gone without a word, and with it every entry it acknowledged past its
 // last snapshot; it can then vote for a candidate that lacks entries it had
 // acknowledged, which is how a committed write is lost. The same loss of
@@ -195,7 +195,7 @@ func TestWALTransientWriteErrorHealsOnRetry(t *testing.T) {
 // Observed: it opens with an empty log and the segments are deleted.
 func TestWALLostMetaDBRefusedAndSegmentsKept(t *testing.T) {
 	dir := t.TempDir()
-	s := openStores(t, dir, LogStoreWAL)
+	s := openStores(t, dir, WAL)
 	if err := s.logs.StoreLogs(entries(1, 50)); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestWALLostMetaDBRefusedAndSegmentsKept(t *testing.T) {
 	// Refused whichever store the node is to use: with boltdb, the start
 	// would otherwise take "no wal-meta.db" for "no WAL" and begin on an
 	// empty log.
-	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
+	for _, kind := range []string{WAL, BoltDB} {
 		s2, err := tryOpenStores(dir, kind)
 		if err != nil {
 			t.Logf("%s: refused, as it should: %v", kind, err)
@@ -296,7 +296,7 @@ func TestWALKilledBeforeRotationCommitStillAppends(t *testing.T) {
 
 	var failed []string
 	for start := 1; start <= 3; start++ {
-		s, err := tryOpenStores(dataDir, LogStoreWAL)
+		s, err := tryOpenStores(dataDir, WAL)
 		if err != nil {
 			t.Fatalf("start %d: %v", start, err)
 		}
@@ -376,7 +376,7 @@ func TestWALTornSealingBatchStillAppends(t *testing.T) {
 	var failed []string
 	want := sealing - 1
 	for start := 1; start <= 2; start++ {
-		s, err := tryOpenStores(dataDir, LogStoreWAL)
+		s, err := tryOpenStores(dataDir, WAL)
 		if err != nil {
 			t.Fatalf("start %d: %v", start, err)
 		}
@@ -413,7 +413,7 @@ func TestWALTornSealingBatchStillAppends(t *testing.T) {
 // Observed: one 64 MiB segment per clearing (about 1.3 GiB after 20).
 func TestWALSuffixClearingsDiskBounded(t *testing.T) {
 	dir := t.TempDir()
-	s := openStores(t, dir, LogStoreWAL)
+	s := openStores(t, dir, WAL)
 	var last uint64
 	for c := 0; c < 20; c++ {
 		if err := s.logs.StoreLogs(entries(last+1, last+10)); err != nil {

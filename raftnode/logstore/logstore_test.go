@@ -1,9 +1,11 @@
-package raftnode
+package logstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -13,13 +15,15 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"github.com/raftlock/raftlock/fsm"
 )
 
-// entry is a checksummed command entry whose lock name tells its index, so a
-// byte of it is easy to find in a segment file.
+// entry is a command entry whose payload names its index, so a byte of it
+// is easy to find in a segment file, with extensions (which raftlock uses
+// for the entry's checksum) that must come back as stored too.
 func entry(i uint64) *raft.Log {
-	return commandLog(i, fsm.Command{Op: fsm.OpAcquire, Name: fmt.Sprintf("lock-%06d", i), LeaseID: "L", TTL: 1000}, extension{})
+	data := []byte(fmt.Sprintf("acquire lock-%06d lease L ttl 1000", i))
+	return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: data,
+		Extensions: binary.BigEndian.AppendUint32([]byte{1}, crc32.ChecksumIEEE(data))}
 }
 
 func entries(from, to uint64) []*raft.Log {
@@ -51,7 +55,7 @@ func tryOpenStores(dir, kind string) (*stores, error) {
 	if err != nil {
 		return nil, err
 	}
-	logs, c, err := openLogStore(dir, kind, bolt, hclog.NewNullLogger())
+	logs, c, err := Open(dir, kind, bolt, hclog.NewNullLogger())
 	if err != nil {
 		bolt.Close()
 		return nil, err
@@ -70,7 +74,7 @@ func (s *stores) close(t *testing.T) {
 }
 
 // wantLog checks that logs holds exactly the entries from..to, each intact
-// (payload, extension and its checksum).
+// (payload and extensions).
 func wantLog(t *testing.T, logs raft.LogStore, from, to uint64) {
 	t.Helper()
 	first, last, err := span(logs)
@@ -89,9 +93,6 @@ func wantLog(t *testing.T, logs raft.LogStore, from, to uint64) {
 		if l.Index != i || l.Term != want.Term || l.Type != want.Type || !bytes.Equal(l.Data, want.Data) || !bytes.Equal(l.Extensions, want.Extensions) {
 			t.Fatalf("entry %d read back as %+v, want %+v", i, l, want)
 		}
-		if _, ok, err := decodeExtension(l.Data, l.Extensions); !ok || err != nil {
-			t.Fatalf("entry %d: checksum ok=%v err=%v", i, ok, err)
-		}
 	}
 }
 
@@ -106,7 +107,7 @@ func wantGone(t *testing.T, logs raft.LogStore, index uint64) {
 }
 
 func TestLogStoreAppendReadReopen(t *testing.T) {
-	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
+	for _, kind := range []string{WAL, BoltDB} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
 			s := openStores(t, dir, kind)
@@ -143,7 +144,7 @@ func TestLogStoreAppendReadReopen(t *testing.T) {
 			wantLog(t, s.logs, 51, 110)
 			wantGone(t, s.logs, 1)
 			_, err := os.Stat(filepath.Join(dir, walDir))
-			if hasWAL := err == nil; hasWAL != (kind == LogStoreWAL) {
+			if hasWAL := err == nil; hasWAL != (kind == WAL) {
 				t.Fatalf("kind %s: wal dir present = %v", kind, hasWAL)
 			}
 			// Every file of the log is private: it holds the lease ids.
@@ -175,18 +176,18 @@ type hidden struct{ raft.LogStore }
 // The WAL asks for contiguous appends; raft must learn that through the
 // wrappers and the cache, so it clears the log after a snapshot install.
 func TestLogStoreWALIsMonotonicThroughWrappers(t *testing.T) {
-	s := openStores(t, t.TempDir(), LogStoreWAL)
+	s := openStores(t, t.TempDir(), WAL)
 	defer s.close(t)
-	cache, err := raft.NewLogCache(16, keepMonotonic(s.logs, hidden{s.logs}))
+	cache, err := raft.NewLogCache(16, KeepMonotonic(s.logs, hidden{s.logs}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !cache.IsMonotonic() {
 		t.Fatal("wal behind a wrapper and LogCache does not report IsMonotonic")
 	}
-	b := openStores(t, t.TempDir(), LogStoreBoltDB)
+	b := openStores(t, t.TempDir(), BoltDB)
 	defer b.close(t)
-	if _, ok := keepMonotonic(b.logs, hidden{b.logs}).(raft.MonotonicLogStore); ok {
+	if _, ok := KeepMonotonic(b.logs, hidden{b.logs}).(raft.MonotonicLogStore); ok {
 		t.Fatal("boltdb reports IsMonotonic")
 	}
 }
@@ -195,7 +196,7 @@ func TestLogStoreWALIsMonotonicThroughWrappers(t *testing.T) {
 // the WAL, and back again; raft.db's stable store is untouched both ways.
 func TestLogStoreMigratesBothWays(t *testing.T) {
 	dir := t.TempDir()
-	s := openStores(t, dir, LogStoreBoltDB)
+	s := openStores(t, dir, BoltDB)
 	if err := s.logs.StoreLogs(entries(5, 2500)); err != nil { // more than one migration batch
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestLogStoreMigratesBothWays(t *testing.T) {
 	}
 	s.close(t)
 
-	s = openStores(t, dir, LogStoreWAL)
+	s = openStores(t, dir, WAL)
 	wantLog(t, s.logs, 5, 2500)
 	wantLog(t, s.bolt, 0, 0) // dropped from raft.db
 	if err := s.logs.StoreLogs(entries(2501, 2510)); err != nil {
@@ -212,7 +213,7 @@ func TestLogStoreMigratesBothWays(t *testing.T) {
 	}
 	s.close(t)
 
-	s = openStores(t, dir, LogStoreBoltDB)
+	s = openStores(t, dir, BoltDB)
 	wantLog(t, s.logs, 5, 2510)
 	if _, err := os.Stat(filepath.Join(dir, walDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("wal dir still there after moving back to boltdb: %v", err)
@@ -227,12 +228,12 @@ func TestLogStoreMigratesBothWays(t *testing.T) {
 // below it, then a gap: only the run after the gap moves.
 func TestLogStoreMigrationSkipsEntriesBeforeGap(t *testing.T) {
 	dir := t.TempDir()
-	s := openStores(t, dir, LogStoreBoltDB)
+	s := openStores(t, dir, BoltDB)
 	if err := s.logs.StoreLogs(append(entries(1, 10), entries(20, 30)...)); err != nil {
 		t.Fatal(err)
 	}
 	s.close(t)
-	s = openStores(t, dir, LogStoreWAL)
+	s = openStores(t, dir, WAL)
 	defer s.close(t)
 	wantLog(t, s.logs, 20, 30)
 }
@@ -243,7 +244,7 @@ func TestLogStoreMigrationCutShort(t *testing.T) {
 	// boltdb dir with entries 1..300 and term 9.
 	boltDir := func(t *testing.T) string {
 		dir := t.TempDir()
-		s := openStores(t, dir, LogStoreBoltDB)
+		s := openStores(t, dir, BoltDB)
 		if err := s.logs.StoreLogs(entries(1, 300)); err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +271,7 @@ func TestLogStoreMigrationCutShort(t *testing.T) {
 		s := openStores(t, dir, kind)
 		defer s.close(t)
 		wantLog(t, s.logs, 1, 300)
-		if kind == LogStoreWAL {
+		if kind == WAL {
 			wantLog(t, s.bolt, 0, 0)
 		}
 		for _, d := range []string{walStaging, walDropped} {
@@ -286,22 +287,22 @@ func TestLogStoreMigrationCutShort(t *testing.T) {
 	t.Run("to wal, killed while copying", func(t *testing.T) {
 		dir := boltDir(t)
 		partialWAL(t, dir, walStaging, 1, 120)
-		check(t, dir, LogStoreWAL)
+		check(t, dir, WAL)
 	})
 	t.Run("to wal, killed while copying, then started as boltdb", func(t *testing.T) {
 		dir := boltDir(t)
 		partialWAL(t, dir, walStaging, 1, 120)
-		check(t, dir, LogStoreBoltDB)
+		check(t, dir, BoltDB)
 	})
 	t.Run("to wal, killed after the rename, before raft.db was cleared", func(t *testing.T) {
 		dir := boltDir(t)
 		partialWAL(t, dir, walDir, 1, 300)
-		check(t, dir, LogStoreWAL)
+		check(t, dir, WAL)
 	})
 	t.Run("to boltdb, killed while copying", func(t *testing.T) {
 		dir := t.TempDir()
 		partialWAL(t, dir, walDir, 1, 300)
-		s := openStores(t, dir, LogStoreBoltDB) // completes: now the partial state by hand
+		s := openStores(t, dir, BoltDB) // completes: now the partial state by hand
 		if err := s.bolt.SetUint64([]byte("CurrentTerm"), 9); err != nil {
 			t.Fatal(err)
 		}
@@ -310,12 +311,12 @@ func TestLogStoreMigrationCutShort(t *testing.T) {
 		}
 		s.close(t)
 		partialWAL(t, dir, walDir, 1, 300)
-		check(t, dir, LogStoreBoltDB)
+		check(t, dir, BoltDB)
 	})
 	t.Run("to boltdb, killed after the rename, before the delete", func(t *testing.T) {
 		dir := boltDir(t)
 		partialWAL(t, dir, walDropped, 1, 300)
-		check(t, dir, LogStoreBoltDB)
+		check(t, dir, BoltDB)
 	})
 }
 
@@ -342,7 +343,7 @@ func segmentFile(t *testing.T, dir string) (string, int64) {
 // returns the dir and the segment's written length after the second batch.
 func walWithBatches(t *testing.T) (string, int64) {
 	dir := t.TempDir()
-	s := openStores(t, dir, LogStoreWAL)
+	s := openStores(t, dir, WAL)
 	for _, b := range [][2]uint64{{1, 10}, {11, 20}} {
 		if err := s.logs.StoreLogs(entries(b[0], b[1])); err != nil {
 			t.Fatal(err)
@@ -392,39 +393,16 @@ func TestWALTornTail(t *testing.T) {
 			seg, end := segmentFile(t, dir)
 			f(t, seg, twoBatches, end)
 
-			s := openStores(t, dir, LogStoreWAL)
+			s := openStores(t, dir, WAL)
 			wantLog(t, s.logs, 1, 20)
 			if err := s.logs.StoreLogs(entries(21, 25)); err != nil {
 				t.Fatalf("append after recovery: %v", err)
 			}
 			s.close(t)
-			s = openStores(t, dir, LogStoreWAL)
+			s = openStores(t, dir, WAL)
 			defer s.close(t)
 			wantLog(t, s.logs, 1, 25)
 		})
-	}
-}
-
-// raft-wal checks only the last batch: it trusts the file system with what
-// it fsynced before. A byte changed later inside an older batch is read back
-// as is; raftlock's entry checksum (Log.Extensions) is what catches it, and
-// the FSM adapter refuses to apply such an entry (TestAdapterRefusesDamagedEntry).
-func TestWALOlderBatchDamageCaughtByEntryChecksum(t *testing.T) {
-	dir, _ := walWithBatches(t)
-	seg, _ := segmentFile(t, dir)
-	flipByte(t, seg, []byte("lock-000005"))
-
-	s := openStores(t, dir, LogStoreWAL)
-	defer s.close(t)
-	if _, last, err := span(s.logs); err != nil || last != 30 {
-		t.Fatalf("last index %d, %v: want 30 (raft-wal does not look at older batches)", last, err)
-	}
-	var l raft.Log
-	if err := s.logs.GetLog(5, &l); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := decodeExtension(l.Data, l.Extensions); !errors.Is(err, errCorrupt) {
-		t.Fatalf("damaged entry 5: decodeExtension err = %v, want errCorrupt", err)
 	}
 }
 
@@ -490,7 +468,7 @@ func TestWALSuffixClearedSurvivesRestarts(t *testing.T) {
 		}
 	}
 
-	s := openStores(t, dir, LogStoreWAL)
+	s := openStores(t, dir, WAL)
 	for _, b := range [][2]uint64{{1, 5}, {6, 10}} {
 		if err := s.logs.StoreLogs(entries(b[0], b[1])); err != nil {
 			t.Fatal(err)
@@ -505,7 +483,7 @@ func TestWALSuffixClearedSurvivesRestarts(t *testing.T) {
 	wantTerms(s, 12, map[uint64]uint64{8: 2})
 	s.close(t)
 
-	s = openStores(t, dir, LogStoreWAL)
+	s = openStores(t, dir, WAL)
 	wantTerms(s, 12, map[uint64]uint64{8: 2})
 	// Again inside the segment made by the first clearing.
 	if err := s.logs.DeleteRange(11, 12); err != nil {
@@ -516,13 +494,13 @@ func TestWALSuffixClearedSurvivesRestarts(t *testing.T) {
 	}
 	s.close(t)
 
-	s = openStores(t, dir, LogStoreWAL)
+	s = openStores(t, dir, WAL)
 	wantTerms(s, 15, map[uint64]uint64{8: 2, 11: 3})
 	if err := s.logs.StoreLogs(rewritten(16, 20, 3)); err != nil {
 		t.Fatal(err)
 	}
 	s.close(t)
-	s = openStores(t, dir, LogStoreWAL)
+	s = openStores(t, dir, WAL)
 	defer s.close(t)
 	wantTerms(s, 20, map[uint64]uint64{8: 2, 11: 3})
 }

@@ -1,16 +1,50 @@
-package raftnode
+package logstore
 
 import (
+	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"github.com/raftlock/raftlock/fsm"
 )
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// emptyState is the snapshot of an empty state machine to these tests:
+// restore (what raft would restore the machine from) accepts it alone.
+var emptyState = []byte("empty state")
+
+func restore(r io.Reader) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(b, emptyState) {
+		return fmt.Errorf("cannot decode snapshot %q", b)
+	}
+	return nil
+}
 
 // addSnapshot saves a snapshot at index into dir's snapshot store: the
 // state of an empty machine, or state itself when not nil. It returns the
@@ -26,11 +60,9 @@ func addSnapshot(t *testing.T, dir string, index uint64, state []byte) string {
 		t.Fatal(err)
 	}
 	if state == nil {
-		_, err = fsm.New().Snapshot().WriteTo(sink)
-	} else {
-		_, err = sink.Write(state)
+		state = emptyState
 	}
-	if err != nil {
+	if _, err := sink.Write(state); err != nil {
 		t.Fatal(err)
 	}
 	if err := sink.Close(); err != nil {
@@ -39,7 +71,7 @@ func addSnapshot(t *testing.T, dir string, index uint64, state []byte) string {
 	return sink.ID()
 }
 
-// clearBelow runs clearLogBelowSnapshot on dir's stores of kind, whose log
+// clearBelow runs ClearLogBelowSnapshot on dir's stores of kind, whose log
 // holds 1..last, and returns its log (open; closed when the test ends) and
 // what it logged.
 func clearBelow(t *testing.T, dir, kind string) (raft.LogStore, string) {
@@ -52,8 +84,7 @@ func clearBelow(t *testing.T, dir, kind string) (raft.LogStore, string) {
 	}
 	var out syncBuffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Info})
-	restore := func(r io.Reader) error { return fsm.New().Restore(r) }
-	if err := clearLogBelowSnapshot(s.logs, snaps, restore, log); err != nil {
+	if err := ClearLogBelowSnapshot(s.logs, snaps, restore, log); err != nil {
 		t.Fatal(err)
 	}
 	return s.logs, out.String()
@@ -75,10 +106,10 @@ func withLog(t *testing.T, kind string, last uint64) string {
 // kill between a snapshot install or restore and raft's log reset), and
 // takes the entry after the snapshot, also after a reopen.
 func TestClearLogBelowSnapshotClearsAWALItCovers(t *testing.T) {
-	dir := withLog(t, LogStoreWAL, 5)
+	dir := withLog(t, WAL, 5)
 	addSnapshot(t, dir, 3, nil)
 	addSnapshot(t, dir, 8, nil)
-	logs, out := clearBelow(t, dir, LogStoreWAL)
+	logs, out := clearBelow(t, dir, WAL)
 	wantLog(t, logs, 0, 0)
 	if !strings.Contains(out, "clearing the log") {
 		t.Errorf("nothing logged about the clearing:\n%s", out)
@@ -92,9 +123,9 @@ func TestClearLogBelowSnapshotClearsAWALItCovers(t *testing.T) {
 // all an entry above the snapshot.
 func TestClearLogBelowSnapshotKeepsALogThatReachesIt(t *testing.T) {
 	for _, snap := range []uint64{3, 5} {
-		dir := withLog(t, LogStoreWAL, 5)
+		dir := withLog(t, WAL, 5)
 		addSnapshot(t, dir, snap, nil)
-		logs, out := clearBelow(t, dir, LogStoreWAL)
+		logs, out := clearBelow(t, dir, WAL)
 		wantLog(t, logs, 1, 5)
 		if out != "" {
 			t.Errorf("snapshot at %d: logged %s", snap, out)
@@ -122,20 +153,20 @@ func TestClearLogBelowSnapshotGoesByTheSnapshotRaftWillUse(t *testing.T) {
 	for name, spoil := range map[string]func(*testing.T, string, uint64){"bad crc": badCRC, "undecodable": undecodable} {
 		t.Run(name, func(t *testing.T) {
 			// The fallback is below the log's end: the log is kept.
-			dir := withLog(t, LogStoreWAL, 5)
+			dir := withLog(t, WAL, 5)
 			addSnapshot(t, dir, 3, nil)
 			spoil(t, dir, 8)
-			logs, out := clearBelow(t, dir, LogStoreWAL)
+			logs, out := clearBelow(t, dir, WAL)
 			wantLog(t, logs, 1, 5)
 			if !strings.Contains(out, "does not restore") {
 				t.Errorf("nothing logged about the spoilt snapshot:\n%s", out)
 			}
 
 			// The fallback is above it too: cleared.
-			dir = withLog(t, LogStoreWAL, 5)
+			dir = withLog(t, WAL, 5)
 			addSnapshot(t, dir, 7, nil)
 			spoil(t, dir, 8)
-			logs, _ = clearBelow(t, dir, LogStoreWAL)
+			logs, _ = clearBelow(t, dir, WAL)
 			wantLog(t, logs, 0, 0)
 		})
 	}
@@ -144,16 +175,16 @@ func TestClearLogBelowSnapshotGoesByTheSnapshotRaftWillUse(t *testing.T) {
 // boltdb takes the gap (raft appends S+1 after L there): its log is left
 // as it is. A WAL with no snapshot beside it is left as it is too.
 func TestClearLogBelowSnapshotLeavesBoltDBAndSnapshotlessLogs(t *testing.T) {
-	dir := withLog(t, LogStoreBoltDB, 5)
+	dir := withLog(t, BoltDB, 5)
 	addSnapshot(t, dir, 8, nil)
-	logs, out := clearBelow(t, dir, LogStoreBoltDB)
+	logs, out := clearBelow(t, dir, BoltDB)
 	wantLog(t, logs, 1, 5)
 	if out != "" {
 		t.Errorf("boltdb: logged %s", out)
 	}
 
-	dir = withLog(t, LogStoreWAL, 5)
-	logs, _ = clearBelow(t, dir, LogStoreWAL)
+	dir = withLog(t, WAL, 5)
+	logs, _ = clearBelow(t, dir, WAL)
 	wantLog(t, logs, 1, 5)
 }
 
@@ -163,9 +194,9 @@ func TestClearLogBelowSnapshotLeavesBoltDBAndSnapshotlessLogs(t *testing.T) {
 // with a log that ends below the snapshot: the start that moves the log
 // then clears it, and the WAL takes the entry after the snapshot.
 func TestClearLogBelowSnapshotAfterMovingABoltDBLogToTheWAL(t *testing.T) {
-	dir := withLog(t, LogStoreBoltDB, 5)
+	dir := withLog(t, BoltDB, 5)
 	addSnapshot(t, dir, 8, nil)
-	logs, out := clearBelow(t, dir, LogStoreWAL)
+	logs, out := clearBelow(t, dir, WAL)
 	wantLog(t, logs, 0, 0)
 	if !strings.Contains(out, "clearing the log") {
 		t.Errorf("nothing logged about the clearing:\n%s", out)
@@ -179,8 +210,8 @@ func TestClearLogBelowSnapshotAfterMovingABoltDBLogToTheWAL(t *testing.T) {
 // died of SIGBUS), whichever log store the node is started with: boltdb
 // opens the WAL too, to move the log out of it.
 func TestOpenLogStoreRefusesTruncatedWALMeta(t *testing.T) {
-	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
-		dir := withLog(t, LogStoreWAL, 5)
+	for _, kind := range []string{WAL, BoltDB} {
+		dir := withLog(t, WAL, 5)
 		if err := os.Truncate(filepath.Join(dir, walDir, "wal-meta.db"), 100); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package raftnode
+package logstore
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// clearLogBelowSnapshot finishes, at start, a log reset that a kill cut
+// ClearLogBelowSnapshot finishes, at start, a log reset that a kill cut
 // off. After hashicorp/raft saves a snapshot it did not take from its own
 // log (a follower installing the leader's, or a backup restore), it
 // restores the machine from it and then, on a store that only takes
@@ -31,7 +31,7 @@ import (
 // A store that takes gaps (boltdb) is left alone: raft appends S+1 after L
 // there and compacts the old entries in time, as it does after any install
 // on it.
-func clearLogBelowSnapshot(logs raft.LogStore, snaps raft.SnapshotStore, restore func(io.Reader) error, log hclog.Logger) error {
+func ClearLogBelowSnapshot(logs raft.LogStore, snaps raft.SnapshotStore, restore func(io.Reader) error, log hclog.Logger) error {
 	if m, ok := logs.(raft.MonotonicLogStore); !ok || !m.IsMonotonic() {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package raftnode
+package logstore
 
 import (
 	"bytes"

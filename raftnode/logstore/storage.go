@@ -1,4 +1,4 @@
-package raftnode
+package logstore
 
 import (
 	"encoding/binary"
@@ -12,18 +12,26 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/raftlock/raftlock/internal/store"
 )
 
 // storageError carries a store's error to raft's futures: it says
 // ErrStorage to whoever prints it and keeps the cause for errors.Is/As.
 type storageError struct{ cause error }
 
-func (e *storageError) Error() string        { return ErrStorage.Error() }
-func (e *storageError) Is(target error) bool { return target == ErrStorage }
+func (e *storageError) Error() string        { return store.ErrStorage.Error() }
+func (e *storageError) Is(target error) bool { return target == store.ErrStorage }
 func (e *storageError) Unwrap() error        { return e.cause }
 
-// guardedLogs wraps the log store: a failed write is logged in full here and
-// reaches Apply's caller as ErrStorage, without the data dir's path.
+// GuardWrites wraps a log store so that a failed write is logged in full
+// here and reaches raft (and Apply's caller) as an error that is
+// store.ErrStorage, without the data dir's path; the cause stays reachable
+// through errors.Is/As. The wrapper hides a MonotonicLogStore's IsMonotonic:
+// see KeepMonotonic.
+func GuardWrites(logs raft.LogStore, log hclog.Logger) raft.LogStore {
+	return guardedLogs{LogStore: logs, log: log}
+}
+
 type guardedLogs struct {
 	raft.LogStore
 	log hclog.Logger
@@ -58,11 +66,11 @@ const (
 	boltMetaSumSize = 56 // the meta fields before the checksum
 )
 
-// checkBoltFile refuses a raft.db that bolt would crash on: bolt mmaps the
+// CheckBoltFile refuses a raft.db that bolt would crash on: bolt mmaps the
 // file and reads the pages its meta page names, so a file truncated below
 // that size dies of SIGBUS instead of returning an error. A missing or empty
 // file is fine (bolt makes a new one).
-func checkBoltFile(path string) error {
+func CheckBoltFile(path string) error {
 	return checkBolt(path, func(why string, size int64) error {
 		return fmt.Errorf("%s is damaged (%s; %d bytes): this node's Raft log and vote record cannot be read. "+
 			"Restore it from a backup, or move the data dir aside and let the node rejoin the cluster empty", path, why, size)
@@ -70,7 +78,7 @@ func checkBoltFile(path string) error {
 }
 
 // checkWALMeta refuses a DATA/wal/wal-meta.db that bolt would crash on, as
-// checkBoltFile does raft.db: raft-wal keeps in it which segment files make
+// CheckBoltFile does raft.db: raft-wal keeps in it which segment files make
 // up the log, in a bolt file of its own, and a truncated one ended the
 // process in SIGBUS. It runs before either log store kind opens the WAL
 // (--log-store boltdb opens it too, to move the log out).
@@ -84,7 +92,7 @@ func checkWALMeta(dataDir string) error {
 	})
 }
 
-// checkBolt checks the bolt file at path (see checkBoltFile); damaged makes
+// checkBolt checks the bolt file at path (see CheckBoltFile); damaged makes
 // the error that says what is wrong with it.
 func checkBolt(path string, damaged func(why string, size int64) error) error {
 	f, err := os.Open(path)
@@ -146,11 +154,12 @@ func checkBolt(path string, damaged func(why string, size int64) error) error {
 	return nil
 }
 
-// checkVoteRecord refuses a data dir that holds Raft state (log entries or a
+// CheckVoteRecord refuses a data dir that holds Raft state (log entries or a
 // snapshot) but no current term: raft.db was lost or replaced while the
 // snapshots survived. Started anyway, the node forgets whom it voted for and
 // can vote again in a term it already voted in, electing a second leader.
-func checkVoteRecord(stable raft.StableStore, logs raft.LogStore, snaps raft.SnapshotStore, dir string, allow bool, log hclog.Logger) error {
+// allow (--allow-lost-vote-record) starts it anyway, with a warning.
+func CheckVoteRecord(stable raft.StableStore, logs raft.LogStore, snaps raft.SnapshotStore, dir string, allow bool, log hclog.Logger) error {
 	if term, err := stable.GetUint64([]byte("CurrentTerm")); err == nil && term > 0 {
 		return nil
 	}
@@ -176,9 +185,14 @@ func checkVoteRecord(stable raft.StableStore, logs raft.LogStore, snaps raft.Sna
 		"(e.g. every other member is stopped), start once with --allow-lost-vote-record", dir, last, len(list))
 }
 
-// privateSnapshots keeps snapshot files private: hashicorp/raft makes its
-// directories 0755 and files 0644 (less the umask), and they hold every
-// lease id. After each snapshot the tree is closed again to 0700/0600.
+// NewPrivateSnapshots wraps the snapshot store whose snapshots are in dir so
+// that its files stay private: hashicorp/raft makes its directories 0755 and
+// files 0644 (less the umask), and they hold every lease id. After each
+// snapshot the tree is closed again to 0700/0600.
+func NewPrivateSnapshots(snaps raft.SnapshotStore, dir string, log hclog.Logger) raft.SnapshotStore {
+	return privateSnapshots{SnapshotStore: snaps, dir: dir, log: log}
+}
+
 type privateSnapshots struct {
 	raft.SnapshotStore
 	dir string
@@ -201,15 +215,15 @@ type privateSink struct {
 
 func (s privateSink) Close() error {
 	err := s.SnapshotSink.Close()
-	if perr := makePrivate(s.p.dir); perr != nil {
+	if perr := MakePrivate(s.p.dir); perr != nil {
 		s.p.log.Error("cannot make snapshots private", "dir", s.p.dir, "error", perr)
 	}
 	return err
 }
 
-// makePrivate sets dir and everything under it to 0700 (directories) and
+// MakePrivate sets dir and everything under it to 0700 (directories) and
 // 0600 (files), whatever the umask or a pre-made directory gave them.
-func makePrivate(dir string) error {
+func MakePrivate(dir string) error {
 	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -228,13 +242,13 @@ func makePrivate(dir string) error {
 	})
 }
 
-// closingStable is the stable store (term, vote) as raft sees it, made safe
-// to close. hashicorp/raft answers heartbeats on the transport's connection
+// ClosingStable is the stable store (term, vote) as raft sees it, made safe
+// to close (NewClosingStable). hashicorp/raft answers heartbeats on the transport's connection
 // goroutines, which Raft.Shutdown does not wait for, and it panics when it
 // cannot save a newer term. So Close waits for writes in flight, and a write
 // that comes after it waits for the process to end: its term is not saved,
 // and no answer that would promise it goes out.
-type closingStable struct {
+type ClosingStable struct {
 	raft.StableStore
 	mu     sync.RWMutex
 	closed bool
@@ -243,15 +257,20 @@ type closingStable struct {
 	late chan struct{}
 }
 
-func (s *closingStable) Set(key, val []byte) error {
+// NewClosingStable wraps stable; Close it before closing stable itself.
+func NewClosingStable(stable raft.StableStore) *ClosingStable {
+	return &ClosingStable{StableStore: stable}
+}
+
+func (s *ClosingStable) Set(key, val []byte) error {
 	return s.write(func() error { return s.StableStore.Set(key, val) })
 }
 
-func (s *closingStable) SetUint64(key []byte, val uint64) error {
+func (s *ClosingStable) SetUint64(key []byte, val uint64) error {
 	return s.write(func() error { return s.StableStore.SetUint64(key, val) })
 }
 
-func (s *closingStable) write(set func() error) error {
+func (s *ClosingStable) write(set func() error) error {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -262,8 +281,9 @@ func (s *closingStable) write(set func() error) error {
 	return set()
 }
 
-// close lets no write start from now on and waits for those in flight.
-func (s *closingStable) close() {
+// Close lets no write start from now on and waits for those in flight. It
+// does not close the wrapped store.
+func (s *ClosingStable) Close() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()

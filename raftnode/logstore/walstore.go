@@ -1,4 +1,4 @@
-package raftnode
+package logstore
 
 import (
 	"bytes"
@@ -105,7 +105,7 @@ func openWALSized(path string, log hclog.Logger, vfs types.VFS, segSize int) (*w
 	}
 	// The log holds every lease id: its files are private, as raft.db is.
 	// raft-wal makes them 0644; segments made later go through privateVFS.
-	if err := makePrivate(path); err != nil {
+	if err := MakePrivate(path); err != nil {
 		w.Close()
 		meta.Close()
 		return nil, fmt.Errorf("wal dir %s: %w", path, err)
