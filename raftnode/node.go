@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/internal/store"
 	"github.com/raftlock/raftlock/raftnode/logstore"
 	"go.etcd.io/bbolt"
 )
@@ -85,6 +86,14 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 	cfg.setDefaults()
 	if cfg.ID == "" {
 		return nil, errors.New("raftnode: node id is required")
+	}
+	for id := range cfg.Peers {
+		if err := store.ValidateID(id); err != nil {
+			return nil, fmt.Errorf("raftnode: peer %q: %w", id, err)
+		}
+	}
+	if err := store.ValidateID(cfg.ID); err != nil {
+		return nil, fmt.Errorf("raftnode: node id %q: %w", cfg.ID, err)
 	}
 	if cfg.Join != "" && cfg.Announce == nil {
 		return nil, errors.New("raftnode: Join needs Announce (httpapi.Joiner) to reach the cluster")

@@ -165,15 +165,32 @@ func (n *Node) RestoreWith(ctx context.Context, r io.Reader, opts RestoreOptions
 	if err := n.checkCluster(info, opts); err != nil {
 		return BackupInfo{}, err
 	}
+	// A state that needs command format 5 (sessions, semaphores, shared
+	// locks, or a log that held format 5) installs as a snapshot only a
+	// build reading format 5 can load: restored into a cluster with an older
+	// member, it would strand that member and mark the state as proof that
+	// every member reads format 5. The format rule decides, as for a write.
+	if need := m.ProvenCommandVersion(); need > 1 {
+		if v := n.awaitFormat(ctx, fsm.Command{Op: fsm.OpSessionCreate}); v < need {
+			return BackupInfo{}, fmt.Errorf("%w: the backup holds state that needs command format %d on every member; this leader may write format %d (a member runs an older build, or did not answer)", ErrNotSupportedYet, need, v)
+		}
+	}
 	if !n.IsLeader() {
 		return BackupInfo{}, ErrNotLeader
 	}
 	before := n.raft.LastIndex()
 	called, err := n.installBackup(ctx, info, m)
-	n.settleRestore(before, err)
+	installed := n.settleRestore(before, err)
 	if err != nil {
 		if called {
 			n.stepDownAfterRestore(err)
+		}
+		if installed {
+			// raft.Restore can fail after it installed the backup (its
+			// no-op missed the timer, leadership moved): the followers may
+			// still get it and commit it. Whatever raft said, the answer
+			// must not promise that nothing was applied.
+			err = fmt.Errorf("%w: the backup was installed on the leader before: %v", ErrIndeterminate, err)
 		}
 		return BackupInfo{}, err
 	}

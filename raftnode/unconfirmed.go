@@ -203,12 +203,12 @@ func syncDir(dir string) error {
 // committed; else the record made before it (installBackup) is put right
 // from what raft installed: a snapshot past the log's last index before the
 // restore (before) is the restore's, wherever raft put it; none, and raft
-// installed nothing.
-func (n *Node) settleRestore(before uint64, err error) {
+// installed nothing. It reports whether raft installed the backup.
+func (n *Node) settleRestore(before uint64, err error) (installed bool) {
 	r, t := n.unconfirmedPair()
 	if err == nil {
 		n.clearUnconfirmed(r, t, "the restore's own commit")
-		return
+		return true
 	}
 	stats := n.raft.Stats()
 	si, _ := strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
@@ -217,17 +217,18 @@ func (n *Node) settleRestore(before uint64, err error) {
 		if r != 0 && r > before { // the record installBackup made for nothing
 			n.clearUnconfirmed(r, t, "raft installed no restore")
 		}
-		return
+		return false
 	}
 	if si != r || st != t {
 		if merr := n.markUnconfirmed(si, st, "restore installed, commit not seen: "+err.Error()); merr != nil {
 			n.log.Error("the unconfirmed restore is recorded in memory only; a restart will not know of it", "error", merr)
 		}
-		return
+		return true
 	}
 	n.log.Warn("a backup restore reached this node's state but was not confirmed committed; "+
 		"this node serves no reads and says not ready until it is, or until the leader's snapshot replaces it",
 		"restore_index", si, "restore_term", st, "error", err)
+	return true
 }
 
 // restoreUnconfirmed reports whether this node's state may rest on a restore

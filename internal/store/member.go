@@ -36,11 +36,10 @@ func (e *MemberError) Error() string { return e.Field + ": " + e.Msg }
 // maxIDLen bounds a node id; ids are in every configuration entry and log line.
 const maxIDLen = 64
 
-// ValidateMember checks a joining node's id and addresses: an id of 1 to 64
-// characters of [A-Za-z0-9._-], and host:port addresses another node can
-// dial (no unspecified host, a port from 1 to 65535). httpAddr may be empty.
-// Nothing is resolved here (a name may resolve later, or only on peers).
-func ValidateMember(id, raftAddr, httpAddr string) error {
+// ValidateID checks a node id: 1 to 64 characters of [A-Za-z0-9._-]. Every
+// node id passes it, a bootstrapping node's as a joining one's: the node
+// table also keeps entries no id can name (the cluster id's key).
+func ValidateID(id string) error {
 	if len(id) == 0 || len(id) > maxIDLen {
 		return &MemberError{"id", fmt.Sprintf("must be 1 to %d characters of [A-Za-z0-9._-]", maxIDLen)}
 	}
@@ -48,6 +47,17 @@ func ValidateMember(id, raftAddr, httpAddr string) error {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
 			return &MemberError{"id", fmt.Sprintf("must be 1 to %d characters of [A-Za-z0-9._-]", maxIDLen)}
 		}
+	}
+	return nil
+}
+
+// ValidateMember checks a joining node's id and addresses: an id of 1 to 64
+// characters of [A-Za-z0-9._-], and host:port addresses another node can
+// dial (no unspecified host, a port from 1 to 65535). httpAddr may be empty.
+// Nothing is resolved here (a name may resolve later, or only on peers).
+func ValidateMember(id, raftAddr, httpAddr string) error {
+	if err := ValidateID(id); err != nil {
+		return err
 	}
 	if err := validAddr(raftAddr); err != nil {
 		return &MemberError{"raft_addr", err.Error()}

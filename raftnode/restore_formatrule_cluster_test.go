@@ -13,7 +13,7 @@ import (
 	"github.com/raftlock/raftlock/raftnode"
 )
 
-// The format gate during a rolling upgrade: member n3 reports a build that
+// The format rule during a rolling upgrade: member n3 reports a build that
 // reads command format 4 at most, so sessions are refused (503
 // not_supported_yet, docs/API.md). A backup that holds a session, restored
 // into that cluster, is a version 3 snapshot: restoring it sets the state's
@@ -23,9 +23,9 @@ import (
 // sends it) rather than by anything n3 applied, and the leader then writes
 // format 5 whatever its survey says: session writes are accepted with a
 // member that cannot read them, and the cluster has silently lost n3. The
-// restore should be refused (or the gate keep refusing sessions) while a
+// restore should be refused (or the format rule keep refusing sessions) while a
 // member reads less than the backup needs.
-func TestRestoreDoesNotBypassTheFormatGate(t *testing.T) {
+func TestRestoreDoesNotBypassTheFormatRule(t *testing.T) {
 	old := clustertest.Options{Configure: func(cfg *raftnode.Config) {
 		fetch := cfg.FetchProgress
 		cfg.FetchProgress = func(ctx context.Context, id, addr string) (store.Progress, error) {
