@@ -14,17 +14,17 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // viewOf is a lock as reads show it: never with its lease_id or session
 // id. A leader's view adds its time left and parked acquires
-// (store.LeaseView). A lock held shared shows its lowest-token holder, as
+// (nodeapi.LeaseView). A lock held shared shows its lowest-token holder, as
 // an exclusive one shows its only holder, and every holder besides. A list
 // has l from its listing: a shared lock's holders are read after it (if
 // they came and went in between, it shows the newer set under l's index,
 // which can only make a blocking reader look again).
-func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
+func viewOf(m nodeapi.LockReader, l fsm.Lock) api.Lock {
 	holders := []fsm.Lock{l}
 	if l.Mode == fsm.ModeShared {
 		if hs := m.Holders(l.Name); len(hs) > 0 {
@@ -36,10 +36,10 @@ func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
 
 // viewHeld is a held lock as reads show it, from every holder (by token)
 // and the lock's index: the first holder's mode is the lock's.
-func viewHeld(m store.LockReader, holders []fsm.Lock, index uint64) api.Lock {
+func viewHeld(m nodeapi.LockReader, holders []fsm.Lock, index uint64) api.Lock {
 	l := holders[0]
 	v := api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: index}
-	lv, leads := m.(store.LeaseView)
+	lv, leads := m.(nodeapi.LeaseView)
 	if leads {
 		v.RemainingMs = remaining(lv, l)
 		v.Waiters = lv.Waiters(l.Name)
@@ -61,7 +61,7 @@ func viewHeld(m store.LockReader, holders []fsm.Lock, index uint64) api.Lock {
 // remaining is a lease's time left as the leader projects it (nil when it
 // cannot say). A lease of a session has no deadline of its own: the state
 // machine shows it with its session's.
-func remaining(lv store.LeaseView, l fsm.Lock) *int64 {
+func remaining(lv nodeapi.LeaseView, l fsm.Lock) *int64 {
 	d, ok := lv.Remaining(l)
 	if !ok {
 		return nil
@@ -285,7 +285,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.read(w, r, &watchKey{keys: []string{name}}, func(m store.LockReader) (any, uint64, error) {
+	s.read(w, r, &watchKey{keys: []string{name}}, func(m nodeapi.LockReader) (any, uint64, error) {
 		// Holders and index from one read: read apart, a shared hold
 		// replaced in between could show under the other's index.
 		holders, idx := m.LookupHolders(name)
@@ -321,7 +321,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.read(w, r, &watchKey{keys: prefixes, prefix: true}, func(m store.LockReader) (any, uint64, error) {
+	s.read(w, r, &watchKey{keys: prefixes, prefix: true}, func(m nodeapi.LockReader) (any, uint64, error) {
 		locks, truncated, idx := listUnder(m, prefixes, limit)
 		views := make([]api.Lock, len(locks))
 		for i, l := range locks {
@@ -361,7 +361,7 @@ type watchKey struct {
 }
 
 // indexOf is the index a blocking read on k compares with its ?index=.
-func (k watchKey) indexOf(m store.LockReader) uint64 {
+func (k watchKey) indexOf(m nodeapi.LockReader) uint64 {
 	var idx uint64
 	for _, key := range k.keys {
 		if k.prefix {
@@ -484,7 +484,7 @@ func (s *Server) park(ctx context.Context, k watchKey, after uint64, wait time.D
 // forwarded by another node does not park again: that node did. Every
 // answer carries the index in X-Raftlock-Index; view's error (a 404) is
 // answered instead.
-func (s *Server) read(w http.ResponseWriter, r *http.Request, k *watchKey, view func(store.LockReader) (any, uint64, error)) {
+func (s *Server) read(w http.ResponseWriter, r *http.Request, k *watchKey, view func(nodeapi.LockReader) (any, uint64, error)) {
 	q, err := query(r)
 	if err != nil {
 		writeError(w, err)

@@ -10,7 +10,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // Semaphores (docs/API.md, "Semaphores"): up to limit fenced permits, each
@@ -160,10 +160,10 @@ func (s *Server) getSemaphore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.read(w, r, nil, func(m store.LockReader) (any, uint64, error) {
+	s.read(w, r, nil, func(m nodeapi.LockReader) (any, uint64, error) {
 		sem, _ := m.Semaphore(name)
 		v := api.Semaphore{Name: name, Limit: sem.Limit, Index: sem.Index, Holders: make([]api.SemaphoreHolder, 0, len(sem.Holders))}
-		lv, leads := m.(store.LeaseView)
+		lv, leads := m.(nodeapi.LeaseView)
 		for _, h := range sem.Holders {
 			sh := api.SemaphoreHolder{Owner: h.Owner, Slot: h.Slot, FencingToken: h.Token, TTLMs: h.TTL}
 			if leads {

@@ -13,14 +13,14 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // Snapshotter is what a Store offers for backup and restore
 // (raftnode.Node does); a store without it answers 501.
 type Snapshotter interface {
 	// SaveSnapshot writes a backup file of the cluster's state to w. Only
-	// the leader can (store.ErrNotLeader elsewhere).
+	// the leader can (nodeapi.ErrNotLeader elsewhere).
 	SaveSnapshot(ctx context.Context, w io.Writer) error
 	// RestoreSnapshot replaces the cluster's state with the backup file
 	// read from r, as it streams in; allowOtherCluster accepts a backup of
@@ -98,7 +98,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 	if id, _ := s.store.Leader(); id != s.store.ID() {
 		// Refused before up to 1 GiB is read for nothing.
 		refuseBody(w, r)
-		writeError(w, notLeaderHint(s, store.ErrNotLeader))
+		writeError(w, notLeaderHint(s, nodeapi.ErrNotLeader))
 		return
 	}
 	allow := false

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 type badInput struct{}
@@ -69,7 +69,7 @@ func TestSnapshotSave(t *testing.T) {
 	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/octet-stream" || !bytes.Equal(rec.Body.Bytes(), st.file) {
 		t.Fatalf("save: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 	}
-	st.saveErr = store.ErrNotLeader
+	st.saveErr = nodeapi.ErrNotLeader
 	rec = do(t, srv, http.MethodGet, "/v1/snapshot", "")
 	wantError(t, rec, 503, api.CodeNoLeader, "leader only")
 	wantRetryAfter(t, rec)
@@ -99,7 +99,7 @@ func TestSnapshotRestoreRefusesBadFile(t *testing.T) {
 	srv := New(st, Options{LeaderWait: testLeaderWait, Metrics: http.NotFoundHandler()})
 	rec := postSnapshot(srv, []byte("junk"), "application/octet-stream")
 	wantError(t, rec, 400, api.CodeBadRequest, "nothing changed")
-	st.restErr = store.ErrNotLeader
+	st.restErr = nodeapi.ErrNotLeader
 	rec = postSnapshot(srv, []byte("junk"), "application/octet-stream")
 	wantError(t, rec, 503, api.CodeNoLeader, "leader only")
 }

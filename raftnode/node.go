@@ -32,8 +32,8 @@ type Node struct {
 	machine   *fsm.Machine
 	raft      *raft.Raft
 	transport *watchedTransport
-	store     *raftboltdb.BoltStore // raft.db: the stable store, and the log with LogStoreBoltDB
-	stable    *closingStable        // store as raft's stable store, closed before store
+	boltDB    *raftboltdb.BoltStore // raft.db: the stable store, and the log with LogStoreBoltDB
+	stable    *closingStable        // boltDB as raft's stable store, closed before boltDB
 	logStore  io.Closer             // closes the log store when it is not raft.db
 	logs      raft.LogStore
 	fsm       *raftFSM
@@ -138,7 +138,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("open raft store in %s: %w", cfg.DataDir, err)
 	}
-	n.store = store
+	n.boltDB = store
 	if err := os.Chmod(dbPath, 0o600); err != nil {
 		return fmt.Errorf("raft store %s: %w", dbPath, err)
 	}
@@ -324,8 +324,8 @@ func (n *Node) closeStores() {
 	if n.stable != nil {
 		n.stable.close()
 	}
-	if n.store != nil {
-		n.store.Close()
+	if n.boltDB != nil {
+		n.boltDB.Close()
 	}
 }
 
