@@ -19,7 +19,7 @@ type badInput struct{}
 func (badInput) Error() string  { return "checksum mismatch" }
 func (badInput) BadInput() bool { return true }
 
-// snapStore adds Snapshotter to the fake: save writes file, restore keeps
+// snapStore adds Backups to the fake: save writes file, restore keeps
 // what it got.
 type snapStore struct {
 	*fakeStore
@@ -29,7 +29,7 @@ type snapStore struct {
 	restErr  error
 }
 
-func (s *snapStore) SaveSnapshot(ctx context.Context, w io.Writer) error {
+func (s *snapStore) SaveBackup(ctx context.Context, w io.Writer) error {
 	if s.saveErr != nil {
 		return s.saveErr
 	}
@@ -37,7 +37,7 @@ func (s *snapStore) SaveSnapshot(ctx context.Context, w io.Writer) error {
 	return err
 }
 
-func (s *snapStore) RestoreSnapshot(ctx context.Context, r io.Reader, allowOtherCluster bool) error {
+func (s *snapStore) RestoreBackup(ctx context.Context, r io.Reader, allowOtherCluster bool) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err
@@ -104,7 +104,7 @@ func TestSnapshotRestoreRefusesBadFile(t *testing.T) {
 	wantError(t, rec, 503, api.CodeNoLeader, "leader only")
 }
 
-func TestSnapshotWithoutSnapshotterIs501(t *testing.T) {
+func TestSnapshotWithoutBackupsIs501(t *testing.T) {
 	srv := newServer(newLeader("n1"))
 	rec := do(t, srv, http.MethodGet, "/v1/snapshot", "")
 	wantError(t, rec, 501, api.CodeInternal, "cannot")
