@@ -179,23 +179,45 @@ func (s *Server) acquire(ctx context.Context, req *acquireRequest) (int, any, er
 		}
 		cmd.Mode = fsm.ModeShared
 	}
-	res, err := s.acquireGated(ctx, cmd, acquireWait(req))
-	if err != nil {
-		return 0, nil, err
-	}
-	return outcome(res, cmd)
+	return s.acquireAnswer(ctx, cmd, acquireWait(req), outcome)
 }
 
-func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error) {
-	cmd := fsm.Command{Op: fsm.OpRenew, Name: req.Name, LeaseID: req.LeaseID}
-	if req.TTLMs != nil {
-		cmd.TTL = *req.TTLMs
-	}
+// answerFunc reads the state machine's result for a command as the
+// contract's answer: outcome for locks, semOutcome for semaphores,
+// sessionOutcome for sessions.
+type answerFunc func(fsm.Result, fsm.Command) (int, any, error)
+
+// applyAnswer runs cmd through the gate and answers with answer.
+func (s *Server) applyAnswer(ctx context.Context, cmd fsm.Command, answer answerFunc) (int, any, error) {
 	res, err := s.applyGated(ctx, cmd)
 	if err != nil {
 		return 0, nil, err
 	}
-	return outcome(res, cmd)
+	return answer(res, cmd)
+}
+
+// acquireAnswer runs acquire cmd through the gate, parked for up to wait
+// while it is refused, and answers with answer.
+func (s *Server) acquireAnswer(ctx context.Context, cmd fsm.Command, wait time.Duration, answer answerFunc) (int, any, error) {
+	res, err := s.acquireGated(ctx, cmd, wait)
+	if err != nil {
+		return 0, nil, err
+	}
+	return answer(res, cmd)
+}
+
+// renewCommand is the command of a renew: op is fsm.OpRenew for a lock's
+// lease, fsm.OpSemRenew for a permit (the same fields and rules).
+func renewCommand(op fsm.Op, req *renewRequest) fsm.Command {
+	cmd := fsm.Command{Op: op, Name: req.Name, LeaseID: req.LeaseID}
+	if req.TTLMs != nil {
+		cmd.TTL = *req.TTLMs
+	}
+	return cmd
+}
+
+func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error) {
+	return s.applyAnswer(ctx, renewCommand(fsm.OpRenew, req), outcome)
 }
 
 // update replaces the value of a lock the lease holds (command format 4:
@@ -203,11 +225,7 @@ func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error)
 // as it stands, like a renew's.
 func (s *Server) update(ctx context.Context, req *updateRequest) (int, any, error) {
 	cmd := fsm.Command{Op: fsm.OpUpdate, Name: req.Name, LeaseID: req.LeaseID, Value: req.Value}
-	res, err := s.applyGated(ctx, cmd)
-	if err != nil {
-		return 0, nil, err
-	}
-	return outcome(res, cmd)
+	return s.applyAnswer(ctx, cmd, outcome)
 }
 
 func (s *Server) release(ctx context.Context, req *releaseRequest) (int, any, error) {
@@ -271,18 +289,29 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, dst validator) ([
 	return body, true
 }
 
-func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+// pathName is the {name} of a lock's or a semaphore's read path, checked
+// as a write's name is and against the caller's names; on false it has
+// answered.
+func pathName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	name, err := url.PathUnescape(mux.Vars(r)["name"])
 	if err != nil {
 		writeError(w, badRequest("name: bad path escape: %v", err))
-		return
+		return "", false
 	}
 	if err := validName(name); err != nil {
 		writeError(w, err)
-		return
+		return "", false
 	}
 	if err := mayName(r.Context(), name); err != nil {
 		writeError(w, err)
+		return "", false
+	}
+	return name, true
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	name, ok := pathName(w, r)
+	if !ok {
 		return
 	}
 	s.read(w, r, &watchKey{keys: []string{name}}, func(m nodeapi.LockReader) (any, uint64, error) {

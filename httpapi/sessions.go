@@ -106,11 +106,7 @@ func (s *Server) renewSession(ctx context.Context, req *sessionRenewRequest) (in
 	if req.TTLMs != nil {
 		cmd.TTL = *req.TTLMs
 	}
-	res, err := s.applyGated(ctx, cmd)
-	if err != nil {
-		return 0, nil, err
-	}
-	return sessionOutcome(res, cmd)
+	return s.applyAnswer(ctx, cmd, sessionOutcome)
 }
 
 func (s *Server) closeSession(ctx context.Context, req *sessionCloseRequest) (int, any, error) {
