@@ -157,7 +157,13 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		if granted := time.Duration(resp.TTLMs) * time.Millisecond; granted > 0 && granted < ttl {
 			ttl = granted // trust the lease only as long as the server grants it
 		}
-		sent, err := c.freshSendTime(ctx, name, id, resp.FencingToken, ttl, tried.sent)
+		sent, err := c.freshSendTime(resp.FencingToken, ttl, tried.sent, func() (uint64, time.Time, error) {
+			info, renewed, err := c.renew(ctx, name, id, 0)
+			if err != nil {
+				return 0, time.Time{}, err
+			}
+			return info.Token, renewed.sent, nil
+		})
 		if errors.Is(err, ErrNotHolder) && wait && ctx.Err() == nil {
 			return true, nil
 		}
@@ -264,18 +270,20 @@ func (c *Client) nextRound(ctx context.Context, start time.Time, w time.Duration
 // grant may have come long after the request was sent (a server-side wait,
 // or retries), so a deadline counted from the send time would be short or
 // past: then a renew sent now gives a fresh lower bound on the lease's life.
-func (c *Client) freshSendTime(ctx context.Context, name, id string, token uint64, ttl time.Duration, sent time.Time) (time.Time, error) {
+// renew is that renew of a lock's lease or of a permit: the token it
+// answered, and its send time.
+func (c *Client) freshSendTime(token uint64, ttl time.Duration, sent time.Time, renew func() (uint64, time.Time, error)) (time.Time, error) {
 	if c.clock.Now().Sub(sent) <= ttl/3 {
 		return sent, nil
 	}
-	info, renewed, err := c.renew(ctx, name, id, 0)
+	got, renewed, err := renew()
 	if err != nil {
 		return time.Time{}, err
 	}
-	if info.Token != token {
-		return time.Time{}, fmt.Errorf("raftlock: renew right after acquire answered token %d, acquire %d", info.Token, token)
+	if got != token {
+		return time.Time{}, fmt.Errorf("raftlock: renew right after acquire answered token %d, acquire %d", got, token)
 	}
-	return renewed.sent, nil
+	return renewed, nil
 }
 
 // waitRound returns the wait_ms for the next round of Acquire: the round

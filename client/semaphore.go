@@ -122,22 +122,19 @@ func (c *Client) acquireSemaphore(ctx context.Context, name string, limit int, o
 		if granted := msDuration(resp.TTLMs); granted > 0 && granted < ttl {
 			ttl = granted
 		}
-		sent := tried.sent
-		if c.clock.Now().Sub(sent) > ttl/3 {
-			// Granted long after it was sent (a wait, retries): a renew now
-			// gives a fresh lower bound on the permit's life.
+		sent, err := c.freshSendTime(resp.FencingToken, ttl, tried.sent, func() (uint64, time.Time, error) {
 			info, renewed, err := c.renewSemaphore(ctx, name, id, 0)
-			if errors.Is(err, ErrNotHolder) && wait && ctx.Err() == nil {
-				return true, nil
-			}
-			if err == nil && info.FencingToken != resp.FencingToken {
-				err = fmt.Errorf("raftlock: renew right after acquire answered token %d, acquire %d", info.FencingToken, resp.FencingToken)
-			}
 			if err != nil {
-				abandon()
-				return false, err
+				return 0, time.Time{}, err
 			}
-			sent = renewed
+			return info.FencingToken, renewed, nil
+		})
+		if errors.Is(err, ErrNotHolder) && wait && ctx.Err() == nil {
+			return true, nil
+		}
+		if err != nil {
+			abandon()
+			return false, err
 		}
 		p = &Permit{slot: resp.Slot, limit: int(resp.Limit)}
 		p.initPermit(c, name, opts.Owner, id, resp.FencingToken, ttl)
