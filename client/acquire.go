@@ -113,13 +113,8 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 		opts.Owner = cmp.Or(opts.Owner, sess.owner)
 	}
 	opts.Owner = cmp.Or(opts.Owner, c.owner)
-	var lastHeld error // the last round's "held", while waiting
-	for rounds := 0; ; rounds++ {
-		var w time.Duration
-		if wait {
-			w = waitRound(ctx, round)
-		}
-		start := time.Now()
+	var resp api.Lease
+	send := func(w time.Duration) (outcome, error) {
 		req := api.AcquireRequest{
 			Name: name, Owner: opts.Owner, LeaseID: id, Mode: mode,
 			WaitMs: w.Milliseconds(), LockDelayMs: opts.LockDelay.Milliseconds(),
@@ -131,59 +126,99 @@ func (c *Client) acquire(ctx context.Context, name string, opts AcquireOptions, 
 			ttlMs := ttl.Milliseconds()
 			req.TTLMs = &ttlMs
 		}
-		var resp api.Lease
+		resp = api.Lease{}
 		// The lease id makes a resent acquire idempotent: if an earlier
 		// attempt was granted, the retry answers 200 with the same token.
-		tried, err := c.do(ctx, request{
+		return c.do(ctx, request{
 			method: http.MethodPost, path: "/v1/locks/acquire", body: req,
 			leader: true, idempotent: true, serverWait: w, lock: name,
 		}, &resp)
-		if err != nil {
-			if errors.Is(err, ErrHeld) && wait {
-				lastHeld = err
-				again, err := c.nextRound(ctx, start, w, rounds, err)
-				if again {
-					continue
-				}
-				return nil, err
-			}
-			if tried.ambiguous && c.abandon(ctx, name, id) && lastHeld != nil && ctx.Err() != nil {
-				// The round cut off by ctx is undone (released, or it never
-				// held): what the caller learns is that the lock stayed held.
-				return nil, ctxError(ctx, lastHeld)
-			}
-			return nil, err
-		}
+	}
+	abandon := func() bool { return c.abandon(ctx, name, id) }
+	var l *Lease
+	err = c.acquireRounds(ctx, round, wait, ErrHeld, send, abandon, func(tried outcome) (bool, error) {
 		switch {
 		case resp.LeaseID != "" && resp.LeaseID != id:
-			return nil, fmt.Errorf("raftlock: acquire answered another lease id")
+			return false, fmt.Errorf("raftlock: acquire answered another lease id")
 		case opts.Shared && resp.Mode != api.ModeShared:
-			c.abandon(ctx, name, id)
-			return nil, fmt.Errorf("raftlock: asked for %q shared, granted %q", name, cmp.Or(resp.Mode, api.ModeExclusive))
+			abandon()
+			return false, fmt.Errorf("raftlock: asked for %q shared, granted %q", name, cmp.Or(resp.Mode, api.ModeExclusive))
 		}
 		if sess != nil {
-			l, err := c.newSessionLease(sess, name, opts.Owner, id, resp.FencingToken, sess.ttl)
+			sl, err := c.newSessionLease(sess, name, opts.Owner, id, resp.FencingToken, sess.ttl)
 			if err != nil {
-				c.abandon(ctx, name, id)
-				return nil, err
+				abandon()
+				return false, err
 			}
+			l = sl
 			l.value, l.shared = opts.Value, opts.Shared
-			return l, nil
+			return false, nil
 		}
 		if granted := time.Duration(resp.TTLMs) * time.Millisecond; granted > 0 && granted < ttl {
 			ttl = granted // trust the lease only as long as the server grants it
 		}
-		sent, err := c.freshSendTime(ctx, name, id, resp.FencingToken, ttl, tried.sent)
+		sent, err := c.freshSendTime(resp.FencingToken, ttl, tried.sent, func() (uint64, time.Time, error) {
+			info, renewed, err := c.renew(ctx, name, id, 0)
+			if err != nil {
+				return 0, time.Time{}, err
+			}
+			return info.Token, renewed.sent, nil
+		})
 		if errors.Is(err, ErrNotHolder) && wait && ctx.Err() == nil {
-			continue
+			return true, nil
 		}
 		if err != nil {
-			c.abandon(ctx, name, id)
-			return nil, err
+			abandon()
+			return false, err
 		}
-		l := c.newLease(name, opts.Owner, id, resp.FencingToken, ttl, sent)
+		l = c.newLease(name, opts.Owner, id, resp.FencingToken, ttl, sent)
 		l.value, l.shared = opts.Value, opts.Shared
-		return l, nil
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// acquireRounds is the loop of a lock's and a semaphore's acquire, which
+// differ only in what they send and what they make of a grant. Each round
+// sends one request (send, with w as its server-side wait); an answer
+// matching refused (ErrHeld, ErrFull) starts another round while waiting
+// (nextRound). A round whose outcome is unknown is undone (abandon) before
+// its error is returned. A grant goes to granted, which may ask for another
+// round (again: the grant was lost before it could be kept).
+func (c *Client) acquireRounds(ctx context.Context, round time.Duration, wait bool, refused error,
+	send func(w time.Duration) (outcome, error), abandon func() bool,
+	granted func(tried outcome) (again bool, err error)) error {
+	var lastRefused error // the last round's refusal, while waiting
+	for rounds := 0; ; rounds++ {
+		var w time.Duration
+		if wait {
+			w = waitRound(ctx, round)
+		}
+		start := time.Now()
+		tried, err := send(w)
+		if err != nil {
+			if errors.Is(err, refused) && wait {
+				lastRefused = err
+				again, err := c.nextRound(ctx, start, w, rounds, err)
+				if again {
+					continue
+				}
+				return err
+			}
+			if tried.ambiguous && abandon() && lastRefused != nil && ctx.Err() != nil {
+				// The round cut off by ctx is undone (released, or it never
+				// held): what the caller learns is that it stayed refused.
+				return ctxError(ctx, lastRefused)
+			}
+			return err
+		}
+		again, err := granted(tried)
+		if !again {
+			return err
+		}
 	}
 }
 
@@ -235,18 +270,20 @@ func (c *Client) nextRound(ctx context.Context, start time.Time, w time.Duration
 // grant may have come long after the request was sent (a server-side wait,
 // or retries), so a deadline counted from the send time would be short or
 // past: then a renew sent now gives a fresh lower bound on the lease's life.
-func (c *Client) freshSendTime(ctx context.Context, name, id string, token uint64, ttl time.Duration, sent time.Time) (time.Time, error) {
+// renew is that renew of a lock's lease or of a permit: the token it
+// answered, and its send time.
+func (c *Client) freshSendTime(token uint64, ttl time.Duration, sent time.Time, renew func() (uint64, time.Time, error)) (time.Time, error) {
 	if c.clock.Now().Sub(sent) <= ttl/3 {
 		return sent, nil
 	}
-	info, renewed, err := c.renew(ctx, name, id, 0)
+	got, renewed, err := renew()
 	if err != nil {
 		return time.Time{}, err
 	}
-	if info.Token != token {
-		return time.Time{}, fmt.Errorf("raftlock: renew right after acquire answered token %d, acquire %d", info.Token, token)
+	if got != token {
+		return time.Time{}, fmt.Errorf("raftlock: renew right after acquire answered token %d, acquire %d", got, token)
 	}
-	return renewed.sent, nil
+	return renewed, nil
 }
 
 // waitRound returns the wait_ms for the next round of Acquire: the round
@@ -280,11 +317,17 @@ func roundTooShort(ctx context.Context) bool {
 // the lock from everyone (the caller included) until its TTL runs out. It
 // reports whether the lease is known not to hold the lock now.
 func (c *Client) abandon(ctx context.Context, name, id string) bool {
+	return c.abandonWith(ctx, "lock", name, func(ctx context.Context) error { return c.Release(ctx, name, id) })
+}
+
+// abandonWith is abandon (or abandonPermit) with release as the release of
+// the lease and kind ("lock", "semaphore") naming what it held in the log.
+func (c *Client) abandonWith(ctx context.Context, kind, name string, release func(context.Context) error) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	err := c.Release(ctx, name, id)
+	err := release(ctx)
 	if err != nil && !errors.Is(err, ErrNotHolder) {
-		c.log.Debug("release of abandoned acquire failed", "lock", name, "error", err)
+		c.log.Debug("release of abandoned acquire failed", kind, name, "error", err)
 		return false
 	}
 	return true
@@ -319,9 +362,13 @@ func (c *Client) Renew(ctx context.Context, name, leaseID string, ttl time.Durat
 // (see Lease.Release). It returns ErrNotHolder if that lease does not hold
 // the lock; it never frees another lease's lock.
 func (c *Client) Release(ctx context.Context, name, leaseID string) error {
+	return c.release(ctx, "/v1/locks/release", name, api.ReleaseRequest{Name: name, LeaseID: leaseID})
+}
+
+// release sends a release of a lock's lease or a permit (body) to path.
+func (c *Client) release(ctx context.Context, path, name string, body any) error {
 	tried, err := c.do(ctx, request{
-		method: http.MethodPost, path: "/v1/locks/release",
-		body:   api.ReleaseRequest{Name: name, LeaseID: leaseID},
+		method: http.MethodPost, path: path, body: body,
 		leader: true, idempotent: true, lock: name,
 	}, nil)
 	if err != nil && tried.ambiguous && errors.Is(err, ErrNotHolder) {

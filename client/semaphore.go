@@ -87,13 +87,8 @@ func (c *Client) acquireSemaphore(ctx context.Context, name string, limit int, o
 		opts.Owner = cmp.Or(opts.Owner, sess.owner)
 	}
 	opts.Owner = cmp.Or(opts.Owner, c.owner)
-	var lastFull error // the last round's "full", while waiting
-	for rounds := 0; ; rounds++ {
-		var w time.Duration
-		if wait {
-			w = waitRound(ctx, round)
-		}
-		start := time.Now()
+	var resp api.Permit
+	send := func(w time.Duration) (outcome, error) {
 		req := api.SemaphoreAcquireRequest{Name: name, Limit: int64(limit), Owner: opts.Owner, LeaseID: id, WaitMs: w.Milliseconds()}
 		if sess != nil {
 			req.SessionID = sess.id
@@ -101,59 +96,47 @@ func (c *Client) acquireSemaphore(ctx context.Context, name string, limit int, o
 			ttlMs := ttl.Milliseconds()
 			req.TTLMs = &ttlMs
 		}
-		var resp api.Permit
+		resp = api.Permit{}
 		// Resent with the same lease id: an earlier grant answers again.
-		tried, err := c.do(ctx, request{
+		return c.do(ctx, request{
 			method: http.MethodPost, path: "/v1/semaphores/acquire", body: req,
 			leader: true, idempotent: true, serverWait: w, lock: name,
 		}, &resp)
-		if err != nil {
-			if errors.Is(err, ErrFull) && wait {
-				lastFull = err
-				again, err := c.nextRound(ctx, start, w, rounds, err)
-				if again {
-					continue
-				}
-				return nil, err
-			}
-			if tried.ambiguous && c.abandonPermit(ctx, name, id) && lastFull != nil && ctx.Err() != nil {
-				return nil, ctxError(ctx, lastFull)
-			}
-			return nil, err
-		}
+	}
+	abandon := func() bool { return c.abandonPermit(ctx, name, id) }
+	var p *Permit
+	err = c.acquireRounds(ctx, round, wait, ErrFull, send, abandon, func(tried outcome) (bool, error) {
 		if resp.LeaseID != "" && resp.LeaseID != id {
-			return nil, fmt.Errorf("raftlock: semaphore acquire answered another lease id")
+			return false, fmt.Errorf("raftlock: semaphore acquire answered another lease id")
 		}
 		if sess != nil {
-			p := &Permit{slot: resp.Slot, limit: int(resp.Limit)}
-			p.initPermit(c, name, opts.Owner, id, resp.FencingToken, sess.ttl)
-			if err := sess.bind(&p.grant); err != nil {
-				c.abandonPermit(ctx, name, id)
-				return nil, err
+			sp := &Permit{slot: resp.Slot, limit: int(resp.Limit)}
+			sp.initPermit(c, name, opts.Owner, id, resp.FencingToken, sess.ttl)
+			if err := sess.bind(&sp.grant); err != nil {
+				abandon()
+				return false, err
 			}
-			return p, nil
+			p = sp
+			return false, nil
 		}
 		if granted := msDuration(resp.TTLMs); granted > 0 && granted < ttl {
 			ttl = granted
 		}
-		sent := tried.sent
-		if c.clock.Now().Sub(sent) > ttl/3 {
-			// Granted long after it was sent (a wait, retries): a renew now
-			// gives a fresh lower bound on the permit's life.
-			var info *api.Permit
-			info, sent, err = c.renewSemaphore(ctx, name, id, 0)
-			if errors.Is(err, ErrNotHolder) && wait && ctx.Err() == nil {
-				continue
-			}
-			if err == nil && info.FencingToken != resp.FencingToken {
-				err = fmt.Errorf("raftlock: renew right after acquire answered token %d, acquire %d", info.FencingToken, resp.FencingToken)
-			}
+		sent, err := c.freshSendTime(resp.FencingToken, ttl, tried.sent, func() (uint64, time.Time, error) {
+			info, renewed, err := c.renewSemaphore(ctx, name, id, 0)
 			if err != nil {
-				c.abandonPermit(ctx, name, id)
-				return nil, err
+				return 0, time.Time{}, err
 			}
+			return info.FencingToken, renewed, nil
+		})
+		if errors.Is(err, ErrNotHolder) && wait && ctx.Err() == nil {
+			return true, nil
 		}
-		p := &Permit{slot: resp.Slot, limit: int(resp.Limit)}
+		if err != nil {
+			abandon()
+			return false, err
+		}
+		p = &Permit{slot: resp.Slot, limit: int(resp.Limit)}
 		p.initPermit(c, name, opts.Owner, id, resp.FencingToken, ttl)
 		token := resp.FencingToken
 		p.keepAlive(sent, func(ctx context.Context) (time.Time, bool, error) {
@@ -168,8 +151,12 @@ func (c *Client) acquireSemaphore(ctx context.Context, name string, limit int, o
 			}
 			return time.Time{}, false, err
 		})
-		return p, nil
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return p, nil
 }
 
 func (p *Permit) initPermit(c *Client, name, owner, id string, token uint64, ttl time.Duration) {
@@ -181,14 +168,7 @@ func (p *Permit) initPermit(c *Client, name, owner, id string, token uint64, ttl
 // have taken although the caller will never see it. It reports whether the
 // permit is known not to be held now.
 func (c *Client) abandonPermit(ctx context.Context, name, id string) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	err := c.ReleaseSemaphore(ctx, name, id)
-	if err != nil && !errors.Is(err, ErrNotHolder) {
-		c.log.Debug("release of abandoned permit failed", "semaphore", name, "error", err)
-		return false
-	}
-	return true
+	return c.abandonWith(ctx, "semaphore", name, func(ctx context.Context) error { return c.ReleaseSemaphore(ctx, name, id) })
 }
 
 // renewSemaphore sends one logical renew of a permit and returns the answer
@@ -234,15 +214,7 @@ func (c *Client) RenewSemaphore(ctx context.Context, name, leaseID string, ttl t
 // hand (see Permit.Release). It returns ErrNotHolder if that permit is not
 // held, unless an earlier attempt of this call may have released it.
 func (c *Client) ReleaseSemaphore(ctx context.Context, name, leaseID string) error {
-	tried, err := c.do(ctx, request{
-		method: http.MethodPost, path: "/v1/semaphores/release",
-		body:   api.SemaphoreReleaseRequest{Name: name, LeaseID: leaseID},
-		leader: true, idempotent: true, lock: name,
-	}, nil)
-	if err != nil && tried.ambiguous && errors.Is(err, ErrNotHolder) {
-		return nil
-	}
-	return err
+	return c.release(ctx, "/v1/semaphores/release", name, api.SemaphoreReleaseRequest{Name: name, LeaseID: leaseID})
 }
 
 // SemaphoreInfo is a semaphore as Semaphore shows it. Limit 0 and no

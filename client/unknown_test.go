@@ -11,7 +11,7 @@ import (
 
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/httpapi"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -38,7 +38,7 @@ func (f *flakyLeader) Leave(context.Context, string) error                { retu
 func (f *flakyLeader) TransferLeadership(context.Context, string) error   { return nil }
 func (f *flakyLeader) CheckState(context.Context) (uint64, error)         { return 0, nil }
 
-func (f *flakyLeader) Read(context.Context, bool) (store.LockReader, error) { return f.machine, nil }
+func (f *flakyLeader) Read(context.Context, bool) (nodeapi.LockReader, error) { return f.machine, nil }
 
 func (f *flakyLeader) Acquire(ctx context.Context, cmd fsm.Command, _ time.Duration) (fsm.Result, error) {
 	return f.Apply(ctx, cmd)

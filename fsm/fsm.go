@@ -417,12 +417,7 @@ func (m *Machine) settleSession(id string) {
 func (m *Machine) endLockLease(e *entry, l *lease, delay bool) {
 	v := m.viewLock(e, l)
 	m.unlink(l)
-	for i, h := range e.holders {
-		if h == l {
-			e.holders = append(e.holders[:i], e.holders[i+1:]...)
-			break
-		}
-	}
+	e.holders = withoutLease(e.holders, l)
 	if delay && v.Mode == ModeExclusive && v.LockDelay > 0 && len(e.holders) == 0 {
 		// Chubby/Consul lock-delay: a holder that vanished may still be
 		// writing, so keep the lock from new holders for a while.
@@ -446,12 +441,7 @@ func (m *Machine) endLockLease(e *entry, l *lease, delay bool) {
 // endPermit ends l, a permit of semaphore s.
 func (m *Machine) endPermit(s *semaphore, l *lease) {
 	m.unlink(l)
-	for i, h := range s.holders {
-		if h == l {
-			s.holders = append(s.holders[:i], s.holders[i+1:]...)
-			break
-		}
-	}
+	s.holders = withoutLease(s.holders, l)
 	s.index = m.clock.Index
 	if len(s.holders) == 0 {
 		delete(m.sems, s.name)

@@ -25,8 +25,12 @@ type lease struct {
 func (e *entry) shared() bool { return len(e.holders) > 0 && e.holders[0].lock.Mode == ModeShared }
 
 // holder returns the lease of e with id, or nil.
-func (e *entry) holder(id string) *lease {
-	for _, l := range e.holders {
+func (e *entry) holder(id string) *lease { return leaseOf(e.holders, id) }
+
+// leaseOf returns the lease in holders with id, or nil. A lock's and a
+// semaphore's holders are both lists of leases, searched the same way.
+func leaseOf(holders []*lease, id string) *lease {
+	for _, l := range holders {
 		if l.lock.LeaseID == id {
 			return l
 		}
@@ -34,11 +38,25 @@ func (e *entry) holder(id string) *lease {
 	return nil
 }
 
+// withoutLease removes l from holders, keeping the order of the rest.
+func withoutLease(holders []*lease, l *lease) []*lease {
+	for i, h := range holders {
+		if h == l {
+			return append(holders[:i], holders[i+1:]...)
+		}
+	}
+	return holders
+}
+
 // viewLock is l as readers see it: a session's lease with the session's
 // TTL, deadline and (exclusive) lock-delay, and the lock's index.
-func (m *Machine) viewLock(e *entry, l *lease) Lock {
+func (m *Machine) viewLock(e *entry, l *lease) Lock { return m.viewLease(l, e.index) }
+
+// viewLease is l as readers see it, with index as its Lock.Index: the index
+// of the lock or semaphore it holds (viewLock, viewPermit).
+func (m *Machine) viewLease(l *lease, index uint64) Lock {
 	v := l.lock
-	v.Index = e.index
+	v.Index = index
 	m.sessionTerms(&v)
 	return v
 }
@@ -190,22 +208,36 @@ func (m *Machine) holding(c Command) (*entry, *lease) {
 // renew pushes a lease's deadline. A session's lease has none: renew the
 // session (StatusInvalid).
 func (m *Machine) renew(c Command) Result {
-	if c.TTL < 0 {
-		return Result{Status: StatusInvalid}
-	}
 	e, l := m.holding(c)
-	if l == nil {
-		return Result{Status: StatusNotHolder}
+	changed, st := m.renewLease(c, l)
+	if st != StatusOK {
+		return Result{Status: st}
 	}
-	if l.lock.SessionID != "" {
-		return Result{Status: StatusInvalid}
-	}
-	if c.TTL > 0 && c.TTL != l.lock.TTL {
-		l.lock.TTL = c.TTL
+	if changed {
 		m.touch(e)
 	}
-	m.setUntil(l, m.clock.Now+l.lock.TTL*1e6)
 	return Result{Status: StatusOK, Lock: m.viewLock(e, l)}
+}
+
+// renewLease is a renew of lease l (nil: c's lease holds nothing), for a
+// lock (renew) or a permit (semRenew), which differ only in where the
+// change is recorded: it checks c, sets the TTL c gives (0 keeps it) and
+// moves l's deadline to now plus its TTL. changed says the TTL changed, so
+// the caller raises the index of what l holds.
+func (m *Machine) renewLease(c Command, l *lease) (changed bool, st Status) {
+	switch {
+	case c.TTL < 0:
+		return false, StatusInvalid
+	case l == nil:
+		return false, StatusNotHolder
+	case l.lock.SessionID != "":
+		return false, StatusInvalid
+	}
+	if c.TTL > 0 && c.TTL != l.lock.TTL {
+		l.lock.TTL, changed = c.TTL, true
+	}
+	m.setUntil(l, m.clock.Now+l.lock.TTL*1e6)
+	return changed, StatusOK
 }
 
 // update replaces the value of the lease's hold on the lock; the token, TTL

@@ -10,26 +10,20 @@ type semaphore struct {
 	index   uint64   // the entry that last changed it
 }
 
-func (s *semaphore) holder(id string) *lease {
-	for _, l := range s.holders {
-		if l.lock.LeaseID == id {
-			return l
-		}
-	}
-	return nil
-}
+// holder returns the permit of s with id, or nil.
+func (s *semaphore) holder(id string) *lease { return leaseOf(s.holders, id) }
 
-func (m *Machine) viewPermit(s *semaphore, l *lease) Lock {
-	v := l.lock
-	v.Index = s.index
-	m.sessionTerms(&v)
-	return v
-}
+// viewPermit is l as readers see it (viewLease), with the semaphore's index.
+func (m *Machine) viewPermit(s *semaphore, l *lease) Lock { return m.viewLease(l, s.index) }
 
 // semAcquire takes the lowest free slot of semaphore c.Name. The first
 // holder sets the limit; while anyone holds a permit another limit is
 // StatusLimitMismatch. The same lease asking again keeps its slot and token
 // (and, with a TTL of its own, its deadline moves from now).
+//
+// It shares its checks (checkTerms) and grant with acquire but not its
+// body: a permit takes a slot under a limit that must match, has no mode,
+// lock-delay or value, and a full semaphore answers with every holder.
 func (m *Machine) semAcquire(index uint64, c Command) Result {
 	if c.Name == "" || c.LeaseID == "" || c.Limit < 1 || c.Limit > MaxSemaphoreLimit || c.LockDelay != 0 || c.Mode != ModeExclusive {
 		return Result{Status: StatusInvalid}
@@ -95,25 +89,22 @@ func (m *Machine) permit(c Command) (*semaphore, *lease) {
 }
 
 // semRenew pushes a permit's deadline (TTL 0 keeps it); a session's permit
-// has none: StatusInvalid.
+// has none: StatusInvalid. It is renew (renewLease) but for where the
+// change is recorded: a semaphore's own index (touch is a lock's).
 func (m *Machine) semRenew(index uint64, c Command) Result {
-	if c.TTL < 0 {
-		return Result{Status: StatusInvalid}
-	}
 	s, l := m.permit(c)
-	if l == nil {
-		return Result{Status: StatusNotHolder}
+	changed, st := m.renewLease(c, l)
+	if st != StatusOK {
+		return Result{Status: st}
 	}
-	if l.lock.SessionID != "" {
-		return Result{Status: StatusInvalid}
+	if changed {
+		s.index = index
 	}
-	if c.TTL > 0 && c.TTL != l.lock.TTL {
-		l.lock.TTL, s.index = c.TTL, index
-	}
-	m.setUntil(l, m.clock.Now+l.lock.TTL*1e6)
 	return Result{Status: StatusOK, Lock: m.viewPermit(s, l)}
 }
 
+// semRelease ends c's permit. It is release with endPermit for
+// endLockLease: a permit has no lock-delay and leaves no tombstone.
 func (m *Machine) semRelease(c Command) Result {
 	s, l := m.permit(c)
 	if l == nil {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/internal/admission"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // TenantCaps bound how far one tenant (the token's name; without tokens a
@@ -114,7 +114,7 @@ func (s *Server) reserveSession(ctx context.Context) (*admission.Reservation, er
 	if !s.leading() {
 		return nil, nil
 	}
-	var m store.LockReader
+	var m nodeapi.LockReader
 	alive := func(id string) bool {
 		if m == nil {
 			var err error

@@ -13,7 +13,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // cluster answers from this node's view, on any node.
@@ -36,29 +36,29 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 // member's API, over https with tlsCfg when set, with token when set, as
 // the forwarder calls the leader. Connections are not kept: members are
 // asked once per round, and a pool must not outlive a closed node.
-func ProgressFetcher(tlsCfg *tls.Config, token string) store.ProgressFetcher {
+func ProgressFetcher(tlsCfg *tls.Config, token string) nodeapi.ProgressFetcher {
 	hc, scheme := memberClient(tlsCfg)
-	return func(ctx context.Context, id, httpAddr string) (store.Progress, error) {
+	return func(ctx context.Context, id, httpAddr string) (nodeapi.Progress, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+httpAddr+"/v1/cluster", nil)
 		if err != nil {
-			return store.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
+			return nodeapi.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
 		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
-			return store.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
+			return nodeapi.Progress{}, fmt.Errorf("progress of %s: %w", id, err)
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return store.Progress{}, fmt.Errorf("progress of %s at %s: status %d", id, httpAddr, resp.StatusCode)
+			return nodeapi.Progress{}, fmt.Errorf("progress of %s at %s: status %d", id, httpAddr, resp.StatusCode)
 		}
 		var v api.Cluster
 		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&v); err != nil {
-			return store.Progress{}, fmt.Errorf("progress of %s at %s: %w", id, httpAddr, err)
+			return nodeapi.Progress{}, fmt.Errorf("progress of %s at %s: %w", id, httpAddr, err)
 		}
-		return store.Progress{ID: v.ID, Leader: v.Leader, Term: v.Term, LastIndex: v.LastIndex, CommandVersion: v.CommandVersion}, nil
+		return nodeapi.Progress{ID: v.ID, Leader: v.Leader, Term: v.Term, LastIndex: v.LastIndex, CommandVersion: v.CommandVersion}, nil
 	}
 }
 
@@ -179,11 +179,11 @@ func askMember(ctx context.Context, hc *http.Client, scheme, auth string, m *api
 // membershipError gives a membership refusal its status: 400 naming the
 // field for a malformed member, 409 for an unsafe change.
 func membershipError(err error) error {
-	var me *store.MemberError
+	var me *nodeapi.MemberError
 	switch {
 	case errors.As(err, &me):
 		return badRequest("%s", me.Error())
-	case errors.Is(err, store.ErrUnsafeChange):
+	case errors.Is(err, nodeapi.ErrUnsafeChange):
 		return &apiError{http.StatusConflict, api.CodeUnsafeChange, err.Error()}
 	}
 	return err
@@ -191,7 +191,7 @@ func membershipError(err error) error {
 
 func (s *Server) join(ctx context.Context, req *joinRequest) (int, any, error) {
 	// Checked here too, so a follower answers 400 without forwarding.
-	if err := store.ValidateMember(req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
+	if err := nodeapi.ValidateMember(req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
 		return 0, nil, membershipError(err)
 	}
 	if err := s.store.Join(ctx, req.ID, req.RaftAddr, req.HTTPAddr); err != nil {
@@ -212,11 +212,11 @@ func (s *Server) leave(ctx context.Context, req *leaveRequest) (int, any, error)
 func (s *Server) transfer(ctx context.Context, req *transferRequest) (int, any, error) {
 	err := s.store.TransferLeadership(ctx, req.ID)
 	switch {
-	case errors.Is(err, store.ErrLeadsAlready):
+	case errors.Is(err, nodeapi.ErrLeadsAlready):
 		// What was asked holds already: answered as done, and not waited for
 		// another leader (successor), which would never come.
 		return http.StatusOK, api.Transferred{Leader: req.ID, Message: req.ID + " leads already; nothing changed"}, nil
-	case errors.Is(err, store.ErrNoSuccessor):
+	case errors.Is(err, nodeapi.ErrNoSuccessor):
 		return 0, nil, &apiError{http.StatusConflict, api.CodeNoSuccessor, err.Error() + "; nothing changed (join another voter first)"}
 	case err != nil:
 		return 0, nil, err

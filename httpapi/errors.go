@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // apiError is an error with its HTTP status and contract code.
@@ -51,30 +51,30 @@ var errorTable = []struct {
 	code   string
 }{
 	// First: an indeterminate error may also wrap ErrShutdown.
-	{store.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
+	{nodeapi.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
 	{errUnknownOutcome, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
 	// The request's deadline (or the client going away) after the command
 	// was handed to the store: it may have been submitted, and a parked
 	// acquire's grant may be in flight. Reads map these themselves (read).
 	{context.DeadlineExceeded, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
 	{context.Canceled, http.StatusGatewayTimeout, api.CodeUnknownOutcome},
-	{store.ErrNotLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
-	{store.ErrNoLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
-	{store.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader},
-	{store.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader},
-	{store.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded},
-	{store.ErrUnknownNode, http.StatusNotFound, api.CodeNotFound},
+	{nodeapi.ErrNotLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{nodeapi.ErrNoLeader, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{nodeapi.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{nodeapi.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader},
+	{nodeapi.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded},
+	{nodeapi.ErrUnknownNode, http.StatusNotFound, api.CodeNotFound},
 	// Refused by the leader before anything reached the log: not every
 	// member reads the command format the request needs.
-	{store.ErrNotSupportedYet, http.StatusServiceUnavailable, api.CodeNotSupportedYet},
+	{nodeapi.ErrNotSupportedYet, http.StatusServiceUnavailable, api.CodeNotSupportedYet},
 	// Refused before anything reached the log: this node's state is not the
 	// cluster's (a state check found it different from the leader's).
-	{store.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged},
+	{nodeapi.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged},
 	// The leader's disk refused the entry and the leader stepped down; with
 	// a log store that can half-write a batch nobody can promise the entry
 	// is gone, so the status promises nothing (500) and Retry-After invites
 	// the same-lease retry that settles it.
-	{store.ErrStorage, http.StatusInternalServerError, api.CodeStorage},
+	{nodeapi.ErrStorage, http.StatusInternalServerError, api.CodeStorage},
 }
 
 // errUnknownOutcome marks a failure after which this node cannot know

@@ -16,7 +16,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // fakeStore is a Store made of function fields (after hraftd and rqlite's
@@ -28,9 +28,9 @@ type fakeStore struct {
 	leader        func() (id, httpAddr string)
 	waitForLeader func(ctx context.Context) (id, httpAddr string, err error)
 	apply         func(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
-	read          func(ctx context.Context, stale bool) (store.LockReader, error)
+	read          func(ctx context.Context, stale bool) (nodeapi.LockReader, error)
 	ready         func() bool
-	status        func() (store.Status, error)
+	status        func() (nodeapi.Status, error)
 	join          func(ctx context.Context, id, raftAddr, httpAddr string) error
 	leave         func(ctx context.Context, id string) error
 	transfer      func(ctx context.Context, id string) error
@@ -116,7 +116,7 @@ func (f *fakeStore) Acquire(ctx context.Context, cmd fsm.Command, wait time.Dura
 	return f.Apply(ctx, cmd)
 }
 
-func (f *fakeStore) Read(ctx context.Context, stale bool) (store.LockReader, error) {
+func (f *fakeStore) Read(ctx context.Context, stale bool) (nodeapi.LockReader, error) {
 	f.mu.Lock()
 	f.stales = append(f.stales, stale)
 	f.mu.Unlock()
@@ -133,11 +133,11 @@ func (f *fakeStore) Ready() bool {
 	return true
 }
 
-func (f *fakeStore) Status() (store.Status, error) {
+func (f *fakeStore) Status() (nodeapi.Status, error) {
 	if f.status != nil {
 		return f.status()
 	}
-	return store.Status{Leader: f.id}, nil
+	return nodeapi.Status{Leader: f.id}, nil
 }
 
 func (f *fakeStore) Join(ctx context.Context, id, raftAddr, httpAddr string) error {
@@ -196,7 +196,7 @@ var _ Store = (*fakeStore)(nil)
 // until the context ends.
 func noLeaderEver(ctx context.Context) (string, string, error) {
 	<-ctx.Done()
-	return "", "", store.ErrNoLeader
+	return "", "", nodeapi.ErrNoLeader
 }
 
 // testLeaderWait keeps the no-leader cases quick. Tests that expect success

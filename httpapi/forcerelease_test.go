@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // A force release needs an admin token (403 for read-write, and the store
@@ -74,7 +74,7 @@ func TestForceReleaseRequestValidation(t *testing.T) {
 func TestForceReleaseNotSupportedYet(t *testing.T) {
 	f := newLeader("n1")
 	f.apply = func(_ context.Context, cmd fsm.Command) (fsm.Result, error) {
-		return fsm.Result{}, fmt.Errorf("%w: force release needs every node at command version 3; upgrade", store.ErrNotSupportedYet)
+		return fsm.Result{}, fmt.Errorf("%w: force release needs every node at command version 3; upgrade", nodeapi.ErrNotSupportedYet)
 	}
 	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/release", `{"name":"a","force":true}`)
 	wantError(t, rec, http.StatusServiceUnavailable, "not_supported_yet", "command version 3")

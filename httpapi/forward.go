@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // decision is what a handler's leader-side work produced.
@@ -40,7 +40,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 	for {
 		if err := ctx.Err(); err != nil {
 			// Nothing handed to the store yet: certainly not applied.
-			writeError(w, fmt.Errorf("%w known before the request's deadline (%v)", store.ErrNoLeader, err))
+			writeError(w, fmt.Errorf("%w known before the request's deadline (%v)", nodeapi.ErrNoLeader, err))
 			return
 		}
 		status, out, err := decide(ctx)
@@ -48,7 +48,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 			writeJSON(w, status, out)
 			return
 		}
-		if !errors.Is(err, store.ErrNotLeader) && !errors.Is(err, store.ErrNoLeader) {
+		if !errors.Is(err, nodeapi.ErrNotLeader) && !errors.Is(err, nodeapi.ErrNoLeader) {
 			writeError(w, err)
 			return
 		}
@@ -57,10 +57,10 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		cancel()
 		switch {
 		case werr != nil:
-			writeError(w, fmt.Errorf("%w known after %v", store.ErrNoLeader, s.opts.LeaderWait))
+			writeError(w, fmt.Errorf("%w known after %v", nodeapi.ErrNoLeader, s.opts.LeaderWait))
 			return
 		case id != s.store.ID() && r.Header.Get(api.HeaderForwardedBy) != "":
-			writeError(w, fmt.Errorf("%w: request forwarded by %s, but %s leads", store.ErrNotLeader, r.Header.Get(api.HeaderForwardedBy), id))
+			writeError(w, fmt.Errorf("%w: request forwarded by %s, but %s leads", nodeapi.ErrNotLeader, r.Header.Get(api.HeaderForwardedBy), id))
 			return
 		case id != s.store.ID():
 			unsent := s.forward.relay(w, r, addr, body)
@@ -88,7 +88,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		select {
 		case <-ctx.Done():
 			// The last attempt was refused (not leading yet): nothing applied.
-			writeError(w, fmt.Errorf("%w ready before the request's deadline: %v", store.ErrNoLeader, err))
+			writeError(w, fmt.Errorf("%w ready before the request's deadline: %v", nodeapi.ErrNoLeader, err))
 			return
 		case <-time.After(5 * time.Millisecond):
 		}
@@ -146,7 +146,7 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 			writeError(w, fmt.Errorf("%w: forwarded to leader %s, then: %v", errUnknownOutcome, addr, err))
 			return nil
 		}
-		return fmt.Errorf("%w: forwarding to leader %s failed: %v", store.ErrNoLeader, addr, err)
+		return fmt.Errorf("%w: forwarding to leader %s failed: %v", nodeapi.ErrNoLeader, addr, err)
 	}
 	defer resp.Body.Close()
 	markForwarded(w)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // writeRequests are the requests a follower must forward, one per endpoint
@@ -48,7 +48,7 @@ func failingStore(err error, leader string) *fakeStore {
 	f := newLeader("n2")
 	f.leader = func() (string, string) { return leader, "" }
 	f.apply = func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, err }
-	f.read = func(context.Context, bool) (store.LockReader, error) { return nil, err }
+	f.read = func(context.Context, bool) (nodeapi.LockReader, error) { return nil, err }
 	f.join = func(context.Context, string, string, string) error { return err }
 	f.leave = func(context.Context, string) error { return err }
 	f.transfer = func(context.Context, string) error { return err }
@@ -60,7 +60,7 @@ func failingStore(err error, leader string) *fakeStore {
 // A 503 or 429 promises that nothing was applied, so an error that leaves
 // that open is a 504 on a write; a read applies nothing, so there it is 503.
 func TestStoreErrors(t *testing.T) {
-	inFlightShutdown := fmt.Errorf("apply release: %w: raft shut down with the entry in flight (%w)", store.ErrIndeterminate, store.ErrShutdown)
+	inFlightShutdown := fmt.Errorf("apply release: %w: raft shut down with the entry in flight (%w)", nodeapi.ErrIndeterminate, nodeapi.ErrShutdown)
 	cases := []struct {
 		name       string
 		err        error
@@ -68,17 +68,17 @@ func TestStoreErrors(t *testing.T) {
 		code       string
 		readStatus int // 0: status
 	}{
-		{"indeterminate", store.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
-		{"wrapped indeterminate", fmt.Errorf("apply acquire: %w", store.ErrIndeterminate), http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
+		{"indeterminate", nodeapi.ErrIndeterminate, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
+		{"wrapped indeterminate", fmt.Errorf("apply acquire: %w", nodeapi.ErrIndeterminate), http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
 		{"shutdown in flight", inFlightShutdown, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
-		{"shutdown", store.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
+		{"shutdown", nodeapi.ErrShutdown, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
 		{"deadline", fmt.Errorf("wait: %w", context.DeadlineExceeded), http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
 		{"canceled", context.Canceled, http.StatusGatewayTimeout, api.CodeUnknownOutcome, http.StatusServiceUnavailable},
-		{"leader changed", store.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
-		{"overloaded", store.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded, 0},
-		{"wrapped overloaded", fmt.Errorf("x: %w", store.ErrOverloaded), http.StatusTooManyRequests, api.CodeOverloaded, 0},
-		{"diverged", store.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged, 0},
-		{"storage", fmt.Errorf("apply acquire: %w", store.ErrStorage), http.StatusInternalServerError, api.CodeStorage, 0},
+		{"leader changed", nodeapi.ErrLeaderChanged, http.StatusServiceUnavailable, api.CodeNoLeader, 0},
+		{"overloaded", nodeapi.ErrOverloaded, http.StatusTooManyRequests, api.CodeOverloaded, 0},
+		{"wrapped overloaded", fmt.Errorf("x: %w", nodeapi.ErrOverloaded), http.StatusTooManyRequests, api.CodeOverloaded, 0},
+		{"diverged", nodeapi.ErrDiverged, http.StatusServiceUnavailable, api.CodeDiverged, 0},
+		{"storage", fmt.Errorf("apply acquire: %w", nodeapi.ErrStorage), http.StatusInternalServerError, api.CodeStorage, 0},
 		{"unexpected", errors.New("disk on fire"), http.StatusInternalServerError, api.CodeInternal, 0},
 	}
 	reads := []string{"/v1/locks/a", "/v1/locks", "/v1/locks/a?stale=true", "/v1/sessions/" + sessA, "/v1/semaphores/a", "/v1/semaphores/a?stale=true"}
@@ -123,7 +123,7 @@ func TestParkedAcquireDeadlineIsUnknown(t *testing.T) {
 }
 
 func TestUnknownNodeIsNotFound(t *testing.T) {
-	f := failingStore(fmt.Errorf("leave n9: %w", store.ErrUnknownNode), "n2")
+	f := failingStore(fmt.Errorf("leave n9: %w", nodeapi.ErrUnknownNode), "n2")
 	rec := do(t, newServer(f), http.MethodPost, "/v1/cluster/leave", `{"id":"n9"}`)
 	wantError(t, rec, http.StatusNotFound, api.CodeNotFound, "n9")
 }
@@ -132,7 +132,7 @@ func TestUnknownNodeIsNotFound(t *testing.T) {
 // that needs the leader is 503 no_leader with Retry-After, and nothing was
 // forwarded anywhere.
 func TestNoLeader(t *testing.T) {
-	for _, err := range []error{store.ErrNoLeader, store.ErrNotLeader} {
+	for _, err := range []error{nodeapi.ErrNoLeader, nodeapi.ErrNotLeader} {
 		for _, w := range writeRequests {
 			t.Run(fmt.Sprintf("%v%s", err, w.path), func(t *testing.T) {
 				t.Parallel() // each waits out LeaderWait
@@ -170,7 +170,7 @@ func TestNewLeaderNotReadyYet(t *testing.T) {
 		defer mu.Unlock()
 		if refusals > 0 {
 			refusals--
-			return fsm.Result{}, store.ErrNoLeader
+			return fsm.Result{}, nodeapi.ErrNoLeader
 		}
 		return f.applyLocal(cmd), nil
 	}
@@ -181,7 +181,7 @@ func TestNewLeaderNotReadyYet(t *testing.T) {
 	}
 
 	// It never becomes ready: 503 once LeaderWait is over.
-	f.apply = func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, store.ErrNoLeader }
+	f.apply = func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, nodeapi.ErrNoLeader }
 	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/acquire", `{"name":"b","ttl_ms":1000}`)
 	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, "")
 	wantRetryAfter(t, rec)
@@ -228,7 +228,7 @@ func (l *recordingLeader) requests() []recorded {
 // follower is node n2 whose store refuses with ErrNotLeader and knows that
 // n1 leads at addr.
 func follower(addr string) *fakeStore {
-	f := failingStore(store.ErrNotLeader, "n1")
+	f := failingStore(nodeapi.ErrNotLeader, "n1")
 	f.leader = func() (string, string) { return "n1", addr }
 	return f
 }
@@ -311,9 +311,9 @@ func TestForwardReads(t *testing.T) {
 	own := newLeader("n2")
 	own.leader = f.leader
 	own.apply = f.apply
-	own.read = func(_ context.Context, stale bool) (store.LockReader, error) {
+	own.read = func(_ context.Context, stale bool) (nodeapi.LockReader, error) {
 		if !stale {
-			return nil, store.ErrNotLeader
+			return nil, nodeapi.ErrNotLeader
 		}
 		return fsm.New(), nil
 	}
@@ -384,7 +384,7 @@ func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
 
 // followerOf is a node that believes "the-other" leads at url().
 func followerOf(id string, url func() string) *fakeStore {
-	f := failingStore(store.ErrNotLeader, "the-other")
+	f := failingStore(nodeapi.ErrNotLeader, "the-other")
 	f.id = id
 	f.leader = func() (string, string) { return "the-other", strings.TrimPrefix(url(), "http://") }
 	return f
@@ -416,7 +416,7 @@ func TestForwardUnreachableLeaderRetriedOnItsSuccessor(t *testing.T) {
 	gone.Close()
 	leader := newRecordingLeader(t, http.StatusOK, `{"released":true}`)
 	var asks atomic.Int32
-	f := failingStore(store.ErrNotLeader, "old")
+	f := failingStore(nodeapi.ErrNotLeader, "old")
 	f.waitForLeader = func(context.Context) (string, string, error) {
 		if asks.Add(1) < 3 {
 			return "old", deadAddr, nil // not yet noticed
@@ -433,7 +433,7 @@ func TestForwardUnreachableLeaderRetriedOnItsSuccessor(t *testing.T) {
 // A follower that learns of the leader only while waiting forwards then.
 func TestForwardAfterElection(t *testing.T) {
 	leader := newRecordingLeader(t, http.StatusOK, `{"released":true}`)
-	f := failingStore(store.ErrNoLeader, "")
+	f := failingStore(nodeapi.ErrNoLeader, "")
 	f.waitForLeader = func(context.Context) (string, string, error) { return "n1", leader.addr(), nil }
 	rec := do(t, newServer(f), http.MethodPost, "/v1/locks/release", `{"name":"a","lease_id":"`+leaseA+`"}`)
 	wantJSON(t, rec, http.StatusOK, `{"released":true}`)
@@ -509,9 +509,9 @@ func TestForwardTimeoutAfterSendIsUnknown(t *testing.T) {
 func TestForwardIssue15Reads(t *testing.T) {
 	leader := newRecordingLeader(t, http.StatusOK, `{}`)
 	f := follower(leader.addr())
-	f.read = func(_ context.Context, stale bool) (store.LockReader, error) {
+	f.read = func(_ context.Context, stale bool) (nodeapi.LockReader, error) {
 		if !stale {
-			return nil, store.ErrNotLeader
+			return nil, nodeapi.ErrNotLeader
 		}
 		return fsm.New(), nil
 	}

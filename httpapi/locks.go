@@ -14,17 +14,17 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // viewOf is a lock as reads show it: never with its lease_id or session
 // id. A leader's view adds its time left and parked acquires
-// (store.LeaseView). A lock held shared shows its lowest-token holder, as
+// (nodeapi.LeaseView). A lock held shared shows its lowest-token holder, as
 // an exclusive one shows its only holder, and every holder besides. A list
 // has l from its listing: a shared lock's holders are read after it (if
 // they came and went in between, it shows the newer set under l's index,
 // which can only make a blocking reader look again).
-func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
+func viewOf(m nodeapi.LockReader, l fsm.Lock) api.Lock {
 	holders := []fsm.Lock{l}
 	if l.Mode == fsm.ModeShared {
 		if hs := m.Holders(l.Name); len(hs) > 0 {
@@ -36,10 +36,10 @@ func viewOf(m store.LockReader, l fsm.Lock) api.Lock {
 
 // viewHeld is a held lock as reads show it, from every holder (by token)
 // and the lock's index: the first holder's mode is the lock's.
-func viewHeld(m store.LockReader, holders []fsm.Lock, index uint64) api.Lock {
+func viewHeld(m nodeapi.LockReader, holders []fsm.Lock, index uint64) api.Lock {
 	l := holders[0]
 	v := api.Lock{Name: l.Name, Held: true, Owner: l.Owner, FencingToken: l.Token, TTLMs: l.TTL, Value: l.Value, Index: index}
-	lv, leads := m.(store.LeaseView)
+	lv, leads := m.(nodeapi.LeaseView)
 	if leads {
 		v.RemainingMs = remaining(lv, l)
 		v.Waiters = lv.Waiters(l.Name)
@@ -61,7 +61,7 @@ func viewHeld(m store.LockReader, holders []fsm.Lock, index uint64) api.Lock {
 // remaining is a lease's time left as the leader projects it (nil when it
 // cannot say). A lease of a session has no deadline of its own: the state
 // machine shows it with its session's.
-func remaining(lv store.LeaseView, l fsm.Lock) *int64 {
+func remaining(lv nodeapi.LeaseView, l fsm.Lock) *int64 {
 	d, ok := lv.Remaining(l)
 	if !ok {
 		return nil
@@ -179,23 +179,45 @@ func (s *Server) acquire(ctx context.Context, req *acquireRequest) (int, any, er
 		}
 		cmd.Mode = fsm.ModeShared
 	}
-	res, err := s.acquireGated(ctx, cmd, acquireWait(req))
-	if err != nil {
-		return 0, nil, err
-	}
-	return outcome(res, cmd)
+	return s.acquireAnswer(ctx, cmd, acquireWait(req), outcome)
 }
 
-func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error) {
-	cmd := fsm.Command{Op: fsm.OpRenew, Name: req.Name, LeaseID: req.LeaseID}
-	if req.TTLMs != nil {
-		cmd.TTL = *req.TTLMs
-	}
+// answerFunc reads the state machine's result for a command as the
+// contract's answer: outcome for locks, semOutcome for semaphores,
+// sessionOutcome for sessions.
+type answerFunc func(fsm.Result, fsm.Command) (int, any, error)
+
+// applyAnswer runs cmd through the gate and answers with answer.
+func (s *Server) applyAnswer(ctx context.Context, cmd fsm.Command, answer answerFunc) (int, any, error) {
 	res, err := s.applyGated(ctx, cmd)
 	if err != nil {
 		return 0, nil, err
 	}
-	return outcome(res, cmd)
+	return answer(res, cmd)
+}
+
+// acquireAnswer runs acquire cmd through the gate, parked for up to wait
+// while it is refused, and answers with answer.
+func (s *Server) acquireAnswer(ctx context.Context, cmd fsm.Command, wait time.Duration, answer answerFunc) (int, any, error) {
+	res, err := s.acquireGated(ctx, cmd, wait)
+	if err != nil {
+		return 0, nil, err
+	}
+	return answer(res, cmd)
+}
+
+// renewCommand is the command of a renew: op is fsm.OpRenew for a lock's
+// lease, fsm.OpSemRenew for a permit (the same fields and rules).
+func renewCommand(op fsm.Op, req *renewRequest) fsm.Command {
+	cmd := fsm.Command{Op: op, Name: req.Name, LeaseID: req.LeaseID}
+	if req.TTLMs != nil {
+		cmd.TTL = *req.TTLMs
+	}
+	return cmd
+}
+
+func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error) {
+	return s.applyAnswer(ctx, renewCommand(fsm.OpRenew, req), outcome)
 }
 
 // update replaces the value of a lock the lease holds (command format 4:
@@ -203,11 +225,7 @@ func (s *Server) renew(ctx context.Context, req *renewRequest) (int, any, error)
 // as it stands, like a renew's.
 func (s *Server) update(ctx context.Context, req *updateRequest) (int, any, error) {
 	cmd := fsm.Command{Op: fsm.OpUpdate, Name: req.Name, LeaseID: req.LeaseID, Value: req.Value}
-	res, err := s.applyGated(ctx, cmd)
-	if err != nil {
-		return 0, nil, err
-	}
-	return outcome(res, cmd)
+	return s.applyAnswer(ctx, cmd, outcome)
 }
 
 func (s *Server) release(ctx context.Context, req *releaseRequest) (int, any, error) {
@@ -271,21 +289,32 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, dst validator) ([
 	return body, true
 }
 
-func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+// pathName is the {name} of a lock's or a semaphore's read path, checked
+// as a write's name is and against the caller's names; on false it has
+// answered.
+func pathName(w http.ResponseWriter, r *http.Request) (string, bool) {
 	name, err := url.PathUnescape(mux.Vars(r)["name"])
 	if err != nil {
 		writeError(w, badRequest("name: bad path escape: %v", err))
-		return
+		return "", false
 	}
 	if err := validName(name); err != nil {
 		writeError(w, err)
-		return
+		return "", false
 	}
 	if err := mayName(r.Context(), name); err != nil {
 		writeError(w, err)
+		return "", false
+	}
+	return name, true
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	name, ok := pathName(w, r)
+	if !ok {
 		return
 	}
-	s.read(w, r, &watchKey{keys: []string{name}}, func(m store.LockReader) (any, uint64, error) {
+	s.read(w, r, &watchKey{keys: []string{name}}, func(m nodeapi.LockReader) (any, uint64, error) {
 		// Holders and index from one read: read apart, a shared hold
 		// replaced in between could show under the other's index.
 		holders, idx := m.LookupHolders(name)
@@ -321,7 +350,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.read(w, r, &watchKey{keys: prefixes, prefix: true}, func(m store.LockReader) (any, uint64, error) {
+	s.read(w, r, &watchKey{keys: prefixes, prefix: true}, func(m nodeapi.LockReader) (any, uint64, error) {
 		locks, truncated, idx := listUnder(m, prefixes, limit)
 		views := make([]api.Lock, len(locks))
 		for i, l := range locks {
@@ -361,7 +390,7 @@ type watchKey struct {
 }
 
 // indexOf is the index a blocking read on k compares with its ?index=.
-func (k watchKey) indexOf(m store.LockReader) uint64 {
+func (k watchKey) indexOf(m nodeapi.LockReader) uint64 {
 	var idx uint64
 	for _, key := range k.keys {
 		if k.prefix {
@@ -484,7 +513,7 @@ func (s *Server) park(ctx context.Context, k watchKey, after uint64, wait time.D
 // forwarded by another node does not park again: that node did. Every
 // answer carries the index in X-Raftlock-Index; view's error (a 404) is
 // answered instead.
-func (s *Server) read(w http.ResponseWriter, r *http.Request, k *watchKey, view func(store.LockReader) (any, uint64, error)) {
+func (s *Server) read(w http.ResponseWriter, r *http.Request, k *watchKey, view func(nodeapi.LockReader) (any, uint64, error)) {
 	q, err := query(r)
 	if err != nil {
 		writeError(w, err)

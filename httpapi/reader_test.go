@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // fakeReader is a LockReader over canned state, for the read shapes of
@@ -98,13 +98,13 @@ func (r fakeLeaderReader) Waiters(name string) int          { return r.waiters[n
 func (r fakeLeaderReader) SemaphoreWaiters(name string) int { return r.semWaiters[name] }
 
 var (
-	_ store.LockReader = (*fakeReader)(nil)
-	_ store.LeaseView  = fakeLeaderReader{}
+	_ nodeapi.LockReader = (*fakeReader)(nil)
+	_ nodeapi.LeaseView  = fakeLeaderReader{}
 )
 
 // readingLeader is a leader whose reads see r.
-func readingLeader(r store.LockReader) *fakeStore {
+func readingLeader(r nodeapi.LockReader) *fakeStore {
 	f := newLeader("n1")
-	f.read = func(context.Context, bool) (store.LockReader, error) { return r, nil }
+	f.read = func(context.Context, bool) (nodeapi.LockReader, error) { return r, nil }
 	return f
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // A token may carry name prefixes (the tokens file's prefix=P fields): it
@@ -130,7 +130,7 @@ func minimalPrefixes(ps []string) []string {
 // index may be newer than some part of the list: a blocking reader then
 // only looks once more. Each is listed up to limit, so a few prefixes cost
 // a few times one list.
-func listUnder(m store.LockReader, prefixes []string, limit int) ([]fsm.Lock, bool, uint64) {
+func listUnder(m nodeapi.LockReader, prefixes []string, limit int) ([]fsm.Lock, bool, uint64) {
 	if len(prefixes) == 1 {
 		return m.ListIndexed(prefixes[0], limit)
 	}

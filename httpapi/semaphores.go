@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // Semaphores (docs/API.md, "Semaphores"): up to limit fenced permits, each
@@ -116,54 +114,28 @@ func (s *Server) acquireSemaphore(ctx context.Context, req *semAcquireRequest) (
 	}
 	// The store parks it while the semaphore is full, as a lock acquire
 	// while the lock is held (acquireGated waits on full as on held).
-	res, err := s.acquireGated(ctx, cmd, semAcquireWait(req))
-	if err != nil {
-		return 0, nil, err
-	}
-	return semOutcome(res, cmd)
+	return s.acquireAnswer(ctx, cmd, semAcquireWait(req), semOutcome)
 }
 
 func (s *Server) renewSemaphore(ctx context.Context, req *semRenewRequest) (int, any, error) {
-	cmd := fsm.Command{Op: fsm.OpSemRenew, Name: req.Name, LeaseID: req.LeaseID}
-	if req.TTLMs != nil {
-		cmd.TTL = *req.TTLMs
-	}
-	res, err := s.applyGated(ctx, cmd)
-	if err != nil {
-		return 0, nil, err
-	}
-	return semOutcome(res, cmd)
+	return s.applyAnswer(ctx, renewCommand(fsm.OpSemRenew, (*renewRequest)(req)), semOutcome)
 }
 
 func (s *Server) releaseSemaphore(ctx context.Context, req *semReleaseRequest) (int, any, error) {
-	cmd := fsm.Command{Op: fsm.OpSemRelease, Name: req.Name, LeaseID: req.LeaseID}
-	res, err := s.applyGated(ctx, cmd)
-	if err != nil {
-		return 0, nil, err
-	}
-	return semOutcome(res, cmd)
+	return s.applyAnswer(ctx, fsm.Command{Op: fsm.OpSemRelease, Name: req.Name, LeaseID: req.LeaseID}, semOutcome)
 }
 
 // getSemaphore reads one semaphore: its limit and permits by slot, never
 // their lease ids. Nobody holding is 200 with limit 0 and no holders.
 func (s *Server) getSemaphore(w http.ResponseWriter, r *http.Request) {
-	name, err := url.PathUnescape(mux.Vars(r)["name"])
-	if err != nil {
-		writeError(w, badRequest("name: bad path escape: %v", err))
+	name, ok := pathName(w, r)
+	if !ok {
 		return
 	}
-	if err := validName(name); err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := mayName(r.Context(), name); err != nil {
-		writeError(w, err)
-		return
-	}
-	s.read(w, r, nil, func(m store.LockReader) (any, uint64, error) {
+	s.read(w, r, nil, func(m nodeapi.LockReader) (any, uint64, error) {
 		sem, _ := m.Semaphore(name)
 		v := api.Semaphore{Name: name, Limit: sem.Limit, Index: sem.Index, Holders: make([]api.SemaphoreHolder, 0, len(sem.Holders))}
-		lv, leads := m.(store.LeaseView)
+		lv, leads := m.(nodeapi.LeaseView)
 		for _, h := range sem.Holders {
 			sh := api.SemaphoreHolder{Owner: h.Owner, Slot: h.Slot, FencingToken: h.Token, TTLMs: h.TTL}
 			if leads {

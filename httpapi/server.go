@@ -17,7 +17,7 @@ import (
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/httpapi/ui"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // Store is what the API needs of a node. raftnode.Node implements it; tests
@@ -29,9 +29,9 @@ type Store interface {
 	WaitForLeader(ctx context.Context) (id, httpAddr string, err error)
 	Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration) (fsm.Result, error)
-	Read(ctx context.Context, stale bool) (store.LockReader, error)
+	Read(ctx context.Context, stale bool) (nodeapi.LockReader, error)
 	Ready() bool
-	Status() (store.Status, error)
+	Status() (nodeapi.Status, error)
 	Join(ctx context.Context, id, raftAddr, httpAddr string) error
 	Leave(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error

@@ -9,11 +9,11 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 func TestHealthz(t *testing.T) {
-	f := failingStore(store.ErrNoLeader, "")
+	f := failingStore(nodeapi.ErrNoLeader, "")
 	f.ready = func() bool { return false }
 	// The process serves: healthy, even without a leader.
 	wantJSON(t, do(t, newServer(f), http.MethodGet, "/healthz", ""), http.StatusOK, `{"status":"ok"}`)
@@ -64,7 +64,7 @@ func TestMethodNotAllowed(t *testing.T) {
 // successes and errors alike, routed or not.
 func TestIdentityHeaders(t *testing.T) {
 	overloaded := func(f *fakeStore) {
-		f.apply = func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, store.ErrOverloaded }
+		f.apply = func(context.Context, fsm.Command) (fsm.Result, error) { return fsm.Result{}, nodeapi.ErrOverloaded }
 	}
 	cases := []struct {
 		name, method, target, body string
@@ -112,7 +112,7 @@ func TestIdentityHeaders(t *testing.T) {
 	if rec.Header().Get(api.HeaderNode) != "n2" || rec.Header().Get(api.HeaderLeader) != "n1" {
 		t.Errorf("follower's 404 headers: %v", rec.Header())
 	}
-	f := failingStore(store.ErrNoLeader, "")
+	f := failingStore(nodeapi.ErrNoLeader, "")
 	f.waitForLeader = noLeaderEver
 	rec = do(t, newServer(f), http.MethodPost, "/v1/locks/acquire", `{"name":"a","ttl_ms":1000}`)
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get(api.HeaderNode) != "n2" {
@@ -126,8 +126,8 @@ func TestIdentityHeaders(t *testing.T) {
 func TestClusterStatus(t *testing.T) {
 	version := strconv.Itoa(fsm.MaxCommandVersion) // what this build reads; core raises it
 	f := newLeader("n1")
-	f.status = func() (store.Status, error) {
-		return store.Status{ID: "n1", Leader: "n1", Term: 7, LastIndex: 124, CommitIndex: 123, AppliedIndex: 122, Nodes: []store.NodeInfo{
+	f.status = func() (nodeapi.Status, error) {
+		return nodeapi.Status{ID: "n1", Leader: "n1", Term: 7, LastIndex: 124, CommitIndex: 123, AppliedIndex: 122, Nodes: []nodeapi.NodeInfo{
 			{ID: "n1", RaftAddr: "127.0.0.1:9001", HTTPAddr: "127.0.0.1:8001", Voter: true, Leader: true},
 			{ID: "n2", RaftAddr: "127.0.0.1:9002", HTTPAddr: "", Voter: false},
 		}}, nil
@@ -137,11 +137,11 @@ func TestClusterStatus(t *testing.T) {
 		{"id":"n2","raft_addr":"127.0.0.1:9002","http_addr":"","voter":false,"leader":false}]}`)
 
 	// Any node answers from its own view, without a leader too.
-	f.status = func() (store.Status, error) { return store.Status{Term: 8}, nil }
+	f.status = func() (nodeapi.Status, error) { return nodeapi.Status{Term: 8}, nil }
 	wantJSON(t, do(t, newServer(f), http.MethodGet, "/v1/cluster", ""), http.StatusOK,
 		`{"id":"","leader":"","term":8,"last_index":0,"commit_index":0,"applied_index":0,"command_version":`+version+`,"nodes":[]}`)
 
-	f.status = func() (store.Status, error) { return store.Status{}, store.ErrShutdown }
+	f.status = func() (nodeapi.Status, error) { return nodeapi.Status{}, nodeapi.ErrShutdown }
 	rec := do(t, newServer(f), http.MethodGet, "/v1/cluster", "")
 	wantError(t, rec, http.StatusServiceUnavailable, api.CodeNoLeader, "")
 	wantRetryAfter(t, rec)

@@ -8,7 +8,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // Sessions (docs/API.md, "Sessions"): one keepalive for many leases. The
@@ -106,11 +106,7 @@ func (s *Server) renewSession(ctx context.Context, req *sessionRenewRequest) (in
 	if req.TTLMs != nil {
 		cmd.TTL = *req.TTLMs
 	}
-	res, err := s.applyGated(ctx, cmd)
-	if err != nil {
-		return 0, nil, err
-	}
-	return sessionOutcome(res, cmd)
+	return s.applyAnswer(ctx, cmd, sessionOutcome)
 }
 
 func (s *Server) closeSession(ctx context.Context, req *sessionCloseRequest) (int, any, error) {
@@ -139,7 +135,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s.read(w, r, nil, func(m store.LockReader) (any, uint64, error) {
+	s.read(w, r, nil, func(m nodeapi.LockReader) (any, uint64, error) {
 		ss, ok := m.Session(id)
 		if !ok {
 			return nil, 0, &apiError{http.StatusNotFound, api.CodeNoSession, "no such session (never created, expired, or closed)"}
@@ -152,10 +148,10 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // sessionView is a session as reads show it.
-func sessionView(m store.LockReader, ss fsm.Session) api.SessionInfo {
+func sessionView(m nodeapi.LockReader, ss fsm.Session) api.SessionInfo {
 	v := api.SessionInfo{SessionID: ss.ID, Owner: ss.Owner, TTLMs: ss.TTL, LockDelayMs: ss.LockDelay, Index: ss.Index,
 		Leases: make([]api.SessionLease, 0, len(ss.Leases))}
-	if lv, ok := m.(store.LeaseView); ok {
+	if lv, ok := m.(nodeapi.LeaseView); ok {
 		v.RemainingMs = remaining(lv, fsm.Lock{Deadline: ss.Deadline})
 	}
 	for _, l := range ss.Leases {

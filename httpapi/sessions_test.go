@@ -11,7 +11,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 const sessA = "session-A_0123456789"
@@ -194,7 +194,7 @@ func TestSessionAndSemaphoreReadsAskLinearizable(t *testing.T) {
 func TestNewWritesNotSupportedYet(t *testing.T) {
 	for _, w := range issue15Writes {
 		t.Run(w.path, func(t *testing.T) {
-			f := failingStore(store.ErrNotSupportedYet, "n2")
+			f := failingStore(nodeapi.ErrNotSupportedYet, "n2")
 			rec := do(t, newServer(f), http.MethodPost, w.path, w.body)
 			wantError(t, rec, http.StatusServiceUnavailable, api.CodeNotSupportedYet, "")
 			wantRetryAfter(t, rec)

@@ -13,23 +13,26 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
-// Snapshotter is what a Store offers for backup and restore
+// Backups is what a Store offers to save and restore backup files
 // (raftnode.Node does); a store without it answers 501.
-type Snapshotter interface {
-	// SaveSnapshot writes a backup file of the cluster's state to w. Only
-	// the leader can (store.ErrNotLeader elsewhere).
-	SaveSnapshot(ctx context.Context, w io.Writer) error
-	// RestoreSnapshot replaces the cluster's state with the backup file
+type Backups interface {
+	// SaveBackup writes a backup file of the cluster's state to w. Only
+	// the leader can (nodeapi.ErrNotLeader elsewhere).
+	SaveBackup(ctx context.Context, w io.Writer) error
+	// RestoreBackup replaces the cluster's state with the backup file
 	// read from r, as it streams in; allowOtherCluster accepts a backup of
 	// another cluster (or of none). An error with a BadInput() true method
 	// means the file was refused and nothing changed; a read error of r
 	// is returned wrapped.
-	RestoreSnapshot(ctx context.Context, r io.Reader, allowOtherCluster bool) error
+	RestoreBackup(ctx context.Context, r io.Reader, allowOtherCluster bool) error
 }
 
+// The route is /v1/snapshot and its answers say "snapshot", as the HTTP
+// contract and the CLI (raftlock snapshot save|restore) do; what it carries
+// is a backup file (raftnode's word), not one of Raft's own snapshots.
 const (
 	snapshotPath = "/v1/snapshot"
 	// MaxSnapshotBody bounds the body of POST /v1/snapshot, the only route
@@ -52,8 +55,8 @@ func streamsBody(r *http.Request) bool {
 	return false
 }
 
-func (s *Server) snapshotter(w http.ResponseWriter, r *http.Request) (Snapshotter, bool) {
-	sn, ok := s.store.(Snapshotter)
+func (s *Server) backups(w http.ResponseWriter, r *http.Request) (Backups, bool) {
+	sn, ok := s.store.(Backups)
 	if !ok {
 		refuseBody(w, r)
 		writeError(w, &apiError{http.StatusNotImplemented, api.CodeInternal, "this node cannot take or restore snapshots"})
@@ -64,15 +67,15 @@ func (s *Server) snapshotter(w http.ResponseWriter, r *http.Request) (Snapshotte
 // saveSnapshot serves GET /v1/snapshot: the leader's backup file. It is
 // built whole before the answer starts, so a failure still gets a status.
 func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) {
-	sn, ok := s.snapshotter(w, r)
+	sn, ok := s.backups(w, r)
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), snapshotTimeout)
 	defer cancel()
 	var buf bytes.Buffer
-	if err := sn.SaveSnapshot(ctx, &buf); err != nil {
-		s.log.Warn("snapshot save failed", "error", err)
+	if err := sn.SaveBackup(ctx, &buf); err != nil {
+		s.log.Warn("backup save failed", "error", err)
 		writeError(w, notLeaderHint(s, err))
 		return
 	}
@@ -91,14 +94,14 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 			"the body of POST /v1/snapshot must be a backup file sent as " + octetStream})
 		return
 	}
-	sn, ok := s.snapshotter(w, r)
+	sn, ok := s.backups(w, r)
 	if !ok {
 		return
 	}
 	if id, _ := s.store.Leader(); id != s.store.ID() {
 		// Refused before up to 1 GiB is read for nothing.
 		refuseBody(w, r)
-		writeError(w, notLeaderHint(s, store.ErrNotLeader))
+		writeError(w, notLeaderHint(s, nodeapi.ErrNotLeader))
 		return
 	}
 	allow := false
@@ -118,7 +121,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 	body := &countedBody{r: http.MaxBytesReader(w, r.Body, MaxSnapshotBody)}
 	ctx, cancel := context.WithTimeout(r.Context(), snapshotTimeout)
 	defer cancel()
-	err := sn.RestoreSnapshot(ctx, body, allow)
+	err := sn.RestoreBackup(ctx, body, allow)
 	setReadDeadline(r, time.Time{})
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -133,12 +136,12 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 		case body.err != nil && !errors.Is(body.err, io.EOF):
 			writeError(w, badRequest("reading snapshot: %v", body.err))
 		default:
-			s.log.Warn("snapshot restore failed", "error", err)
+			s.log.Warn("backup restore failed", "error", err)
 			writeError(w, notLeaderHint(s, err))
 		}
 		return
 	}
-	s.log.Warn("cluster state restored from an uploaded snapshot", "bytes", body.n, "remote", r.RemoteAddr, "allow_other_cluster", allow)
+	s.log.Warn("cluster state restored from an uploaded backup", "bytes", body.n, "remote", r.RemoteAddr, "allow_other_cluster", allow)
 	writeJSON(w, http.StatusOK, map[string]any{"restored": true, "bytes": body.n})
 }
 

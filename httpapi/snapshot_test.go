@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 type badInput struct{}
@@ -19,7 +19,7 @@ type badInput struct{}
 func (badInput) Error() string  { return "checksum mismatch" }
 func (badInput) BadInput() bool { return true }
 
-// snapStore adds Snapshotter to the fake: save writes file, restore keeps
+// snapStore adds Backups to the fake: save writes file, restore keeps
 // what it got.
 type snapStore struct {
 	*fakeStore
@@ -29,7 +29,7 @@ type snapStore struct {
 	restErr  error
 }
 
-func (s *snapStore) SaveSnapshot(ctx context.Context, w io.Writer) error {
+func (s *snapStore) SaveBackup(ctx context.Context, w io.Writer) error {
 	if s.saveErr != nil {
 		return s.saveErr
 	}
@@ -37,7 +37,7 @@ func (s *snapStore) SaveSnapshot(ctx context.Context, w io.Writer) error {
 	return err
 }
 
-func (s *snapStore) RestoreSnapshot(ctx context.Context, r io.Reader, allowOtherCluster bool) error {
+func (s *snapStore) RestoreBackup(ctx context.Context, r io.Reader, allowOtherCluster bool) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err
@@ -69,7 +69,7 @@ func TestSnapshotSave(t *testing.T) {
 	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/octet-stream" || !bytes.Equal(rec.Body.Bytes(), st.file) {
 		t.Fatalf("save: %d %q %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 	}
-	st.saveErr = store.ErrNotLeader
+	st.saveErr = nodeapi.ErrNotLeader
 	rec = do(t, srv, http.MethodGet, "/v1/snapshot", "")
 	wantError(t, rec, 503, api.CodeNoLeader, "leader only")
 	wantRetryAfter(t, rec)
@@ -99,12 +99,12 @@ func TestSnapshotRestoreRefusesBadFile(t *testing.T) {
 	srv := New(st, Options{LeaderWait: testLeaderWait, Metrics: http.NotFoundHandler()})
 	rec := postSnapshot(srv, []byte("junk"), "application/octet-stream")
 	wantError(t, rec, 400, api.CodeBadRequest, "nothing changed")
-	st.restErr = store.ErrNotLeader
+	st.restErr = nodeapi.ErrNotLeader
 	rec = postSnapshot(srv, []byte("junk"), "application/octet-stream")
 	wantError(t, rec, 503, api.CodeNoLeader, "leader only")
 }
 
-func TestSnapshotWithoutSnapshotterIs501(t *testing.T) {
+func TestSnapshotWithoutBackupsIs501(t *testing.T) {
 	srv := newServer(newLeader("n1"))
 	rec := do(t, srv, http.MethodGet, "/v1/snapshot", "")
 	wantError(t, rec, 501, api.CodeInternal, "cannot")

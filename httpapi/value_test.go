@@ -9,7 +9,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // Issue 14: a value comes with the acquire, reads show it, the holder
@@ -70,7 +70,7 @@ func TestValueNotSupportedYet(t *testing.T) {
 	f := newLeader("n1")
 	f.apply = func(_ context.Context, cmd fsm.Command) (fsm.Result, error) {
 		if fsm.MinVersion(cmd) >= 4 {
-			return fsm.Result{}, fmt.Errorf("%w: format 4 needed", store.ErrNotSupportedYet)
+			return fsm.Result{}, fmt.Errorf("%w: format 4 needed", nodeapi.ErrNotSupportedYet)
 		}
 		return f.applyLocal(cmd), nil
 	}

@@ -63,12 +63,12 @@ func TestLayering(t *testing.T) {
 		}
 	})
 	t.Run("client imports no server package", func(t *testing.T) {
-		for _, v := range violations(t, mod+"client/...", mod+"fsm", mod+"raftnode", mod+"httpapi", mod+"internal/store") {
+		for _, v := range violations(t, mod+"client/...", mod+"fsm", mod+"raftnode", mod+"httpapi", mod+"internal/nodeapi") {
 			t.Error(v)
 		}
 	})
-	t.Run("store knows no Raft and no HTTP", func(t *testing.T) {
-		for _, v := range violations(t, mod+"internal/store", "github.com/hashicorp/raft", mod+"raftnode", mod+"httpapi", "net/http") {
+	t.Run("nodeapi knows no Raft and no HTTP", func(t *testing.T) {
+		for _, v := range violations(t, mod+"internal/nodeapi", "github.com/hashicorp/raft", mod+"raftnode", mod+"httpapi", "net/http") {
 			t.Error(v)
 		}
 	})

@@ -79,11 +79,11 @@ func TestRestoreRefusesAnotherClustersBackup(t *testing.T) {
 		t.Fatalf("b's backup: %+v %v, want a cluster id other than a's %s", info, err, leader.ClusterID())
 	}
 	ctx := clustertest.Context(t, 30*time.Second)
-	if _, err := leader.Restore(ctx, bytes.NewReader(other)); !errors.Is(err, raftnode.ErrOtherCluster) || !errors.Is(err, raftnode.ErrBadBackup) {
+	if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(other), raftnode.RestoreOptions{}); !errors.Is(err, raftnode.ErrOtherCluster) || !errors.Is(err, raftnode.ErrBadBackup) {
 		t.Fatalf("restore of b's backup: %v, want ErrOtherCluster", err)
 	}
 	noID := rawState{index: 69, locks: okState(10).locks}.file(t)
-	if _, err := leader.Restore(ctx, bytes.NewReader(noID)); !errors.Is(err, raftnode.ErrOtherCluster) {
+	if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(noID), raftnode.RestoreOptions{}); !errors.Is(err, raftnode.ErrOtherCluster) {
 		t.Fatalf("restore of a backup without a cluster id: %v, want ErrOtherCluster", err)
 	}
 	if _, ok := leader.Machine().Get("a/kept"); !ok {
@@ -103,7 +103,7 @@ func TestRestoreOfAnotherClustersBackupKeepsMembers(t *testing.T) {
 	addrs := httpAddrs(t, leader)
 	id := leader.ClusterID()
 	ctx := clustertest.Context(t, 30*time.Second)
-	if _, err := leader.RestoreWith(ctx, bytes.NewReader(other), raftnode.RestoreOptions{AllowOtherCluster: true}); err != nil {
+	if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(other), raftnode.RestoreOptions{AllowOtherCluster: true}); err != nil {
 		t.Fatalf("restore of b's backup, allowed: %v", err)
 	}
 	for _, n := range a.Nodes {
@@ -125,7 +125,7 @@ func TestRestoreOfAnotherClustersBackupKeepsMembers(t *testing.T) {
 		t.Fatalf("acquire through follower %s after the restore: %d %v", f.ID, status, body)
 	}
 	// The restored state's own backups are this cluster's.
-	if _, err := a.Leader().Restore(ctx, bytes.NewReader(backupOf(t, a.Leader()))); err != nil {
+	if _, err := a.Leader().RestoreBackupWith(ctx, bytes.NewReader(backupOf(t, a.Leader())), raftnode.RestoreOptions{}); err != nil {
 		t.Fatalf("restore of this cluster's own backup: %v", err)
 	}
 }
@@ -143,7 +143,7 @@ func TestRestoreRefusesCraftedStateAndNoTokenGoesDown(t *testing.T) {
 	ctx := clustertest.Context(t, 30*time.Second)
 	allow := raftnode.RestoreOptions{AllowOtherCluster: true}
 	for name, tc := range untrustedCases(t) {
-		if _, err := leader.RestoreWith(ctx, bytes.NewReader(tc.file), allow); !errors.Is(err, raftnode.ErrBadBackup) {
+		if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(tc.file), allow); !errors.Is(err, raftnode.ErrBadBackup) {
 			t.Errorf("%s: restore = %v, want ErrBadBackup", name, err)
 		}
 	}
@@ -158,7 +158,7 @@ func TestRestoreRefusesCraftedStateAndNoTokenGoesDown(t *testing.T) {
 	// next grant is above them all.
 	high := okState(900_000)
 	high.index = 1_000_000
-	if _, err := leader.RestoreWith(ctx, bytes.NewReader(high.file(t)), allow); err != nil {
+	if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(high.file(t)), allow); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	l, ok := leader.Machine().Get("tok/x")

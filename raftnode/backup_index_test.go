@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/raftnode"
 )
 
 func TestRestoreNeverLowersAnIndex(t *testing.T) {
@@ -28,7 +29,7 @@ func TestRestoreNeverLowersAnIndex(t *testing.T) {
 		t.Fatalf("acquire: %d %v", status, body)
 	}
 	before := leader.Machine().Index("b")
-	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes())); err != nil {
+	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	after := leader.Machine().Index("b")

@@ -73,7 +73,7 @@ func TestRestoreDuringWritesNeverLowersAnIndex(t *testing.T) {
 	}()
 	<-started
 	// Built here, the file has no cluster id.
-	if _, err := leader.RestoreWith(ctx, bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{AllowOtherCluster: true}); err != nil {
+	if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{AllowOtherCluster: true}); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	close(stop)

@@ -106,14 +106,14 @@ func TestBackupRestoreKeepsTokensMonotonic(t *testing.T) {
 	// Refused: a damaged copy changes nothing.
 	bad := bytes.Clone(file.Bytes())
 	bad[len(bad)/2] ^= 1
-	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(bad)); !errors.Is(err, raftnode.ErrBadBackup) {
+	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(bad), raftnode.RestoreOptions{}); !errors.Is(err, raftnode.ErrBadBackup) {
 		t.Fatalf("damaged restore: %v, want ErrBadBackup", err)
 	}
 	if _, ok := leader.Machine().Get("new/4"); !ok {
 		t.Fatal("a refused restore changed the state")
 	}
 
-	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes())); err != nil {
+	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	for _, n := range c.Nodes {
@@ -160,7 +160,7 @@ func TestRestoreDoesNotShortenLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(60 * time.Second) // far past the TTL
-	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes())); err != nil {
+	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if status, _ := acquire(t, leader, "l", "x", leaseB, 10000); status != 409 {
@@ -212,7 +212,7 @@ func TestRestoredLeasesExpire(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the leader loop did not go idle")
 	}
-	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes())); err != nil {
+	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clustertest.WaitFor(t, 10*time.Second, "the restored lease expires", func() bool {
@@ -244,7 +244,7 @@ func TestReadsAfterRestoreFarBehind(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes())); err != nil {
+	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := leader.Read(clustertest.Context(t, 5*time.Second), false); err != nil {
@@ -282,7 +282,7 @@ func TestRestoreServesParkedAcquires(t *testing.T) {
 		got <- answer{resp.StatusCode, body}
 	}()
 	clustertest.WaitFor(t, 10*time.Second, "b parks", func() bool { return leader.Waiters() == 1 })
-	if _, err := leader.Restore(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes())); err != nil {
+	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -314,7 +314,7 @@ func TestRestoreServesParkedSemaphoreAcquires(t *testing.T) {
 	}
 	mustApply(t, c, one("h1"), fsm.StatusOK)
 	w := parkAcquire(t, c, ctx, one("w1"))
-	if _, err := c.Leader().Restore(ctx, bytes.NewReader(backup.Bytes())); err != nil {
+	if _, err := c.Leader().RestoreBackupWith(ctx, bytes.NewReader(backup.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -226,7 +226,7 @@ func restoreKilledBeforeLogReset(t *testing.T, kind string) {
 		t.Fatal(err)
 	}
 	acquireOrFail(t, n, "after-backup")
-	if _, err := n.Restore(context.Background(), bytes.NewReader(backup.Bytes())); err != nil {
+	if _, err := n.RestoreBackupWith(context.Background(), bytes.NewReader(backup.Bytes()), RestoreOptions{}); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	select {

@@ -5,34 +5,34 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/raft"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
-// Errors a node returns, declared in internal/store so that the HTTP layer
+// Errors a node returns, declared in internal/nodeapi so that the HTTP layer
 // can map them without importing raftnode (and Raft); see there for what
 // each promises. Each says whether the command may have been applied: only
 // ErrIndeterminate (and errors wrapping it) and ErrStorage leave that open;
 // the others mean nothing was applied.
 var (
-	ErrNotLeader     = store.ErrNotLeader
-	ErrNoLeader      = store.ErrNoLeader
-	ErrIndeterminate = store.ErrIndeterminate
-	ErrLeaderChanged = store.ErrLeaderChanged
-	ErrOverloaded    = store.ErrOverloaded
-	ErrShutdown      = store.ErrShutdown
-	ErrUnknownNode   = store.ErrUnknownNode
+	ErrNotLeader     = nodeapi.ErrNotLeader
+	ErrNoLeader      = nodeapi.ErrNoLeader
+	ErrIndeterminate = nodeapi.ErrIndeterminate
+	ErrLeaderChanged = nodeapi.ErrLeaderChanged
+	ErrOverloaded    = nodeapi.ErrOverloaded
+	ErrShutdown      = nodeapi.ErrShutdown
+	ErrUnknownNode   = nodeapi.ErrUnknownNode
 	// ErrDiverged: a state check found this node's state different from
 	// the leader's (integrity.go).
-	ErrDiverged = store.ErrDiverged
+	ErrDiverged = nodeapi.ErrDiverged
 	// ErrStorage: this node's disk refused a write (logstore.GuardWrites).
-	ErrStorage = store.ErrStorage
+	ErrStorage = nodeapi.ErrStorage
 	// ErrNotSupportedYet: the command needs a command format the format rule does
 	// not allow yet (cmdversion.go).
-	ErrNotSupportedYet = store.ErrNotSupportedYet
+	ErrNotSupportedYet = nodeapi.ErrNotSupportedYet
 	// ErrNoSuccessor, ErrLeadsAlready: a leadership transfer that changed
 	// nothing (membership.go).
-	ErrNoSuccessor  = store.ErrNoSuccessor
-	ErrLeadsAlready = store.ErrLeadsAlready
+	ErrNoSuccessor  = nodeapi.ErrNoSuccessor
+	ErrLeadsAlready = nodeapi.ErrLeadsAlready
 )
 
 // readOps are the operations passed to raftError that write nothing: when

@@ -8,14 +8,14 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
-// Status and NodeInfo are declared in internal/store, so that the HTTP
+// Status and NodeInfo are declared in internal/nodeapi, so that the HTTP
 // layer reads them without importing raftnode.
 type (
-	Status   = store.Status
-	NodeInfo = store.NodeInfo
+	Status   = nodeapi.Status
+	NodeInfo = nodeapi.NodeInfo
 )
 
 // Status returns the Raft configuration with each node's HTTP address.
@@ -46,13 +46,13 @@ func (n *Node) Status() (Status, error) {
 	return s, nil
 }
 
-// MemberError is a join request with a malformed field (internal/store).
-type MemberError = store.MemberError
+// MemberError is a join request with a malformed field (internal/nodeapi).
+type MemberError = nodeapi.MemberError
 
 // ValidateMember checks a joining node's id and addresses (the rule is in
-// internal/store, which the HTTP layer checks with too).
+// internal/nodeapi, which the HTTP layer checks with too).
 func ValidateMember(id, raftAddr, httpAddr string) error {
-	return store.ValidateMember(id, raftAddr, httpAddr)
+	return nodeapi.ValidateMember(id, raftAddr, httpAddr)
 }
 
 // Join adds a node as a non-voter, or records the HTTP address of one that

@@ -22,7 +22,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 	"github.com/raftlock/raftlock/raftnode/logstore"
 	"go.etcd.io/bbolt"
 )
@@ -35,8 +35,8 @@ type Node struct {
 	machine   *fsm.Machine
 	raft      *raft.Raft
 	transport *watchedTransport
-	store     *raftboltdb.BoltStore   // raft.db: the stable store, and the log with LogStoreBoltDB
-	stable    *logstore.ClosingStable // store as raft's stable store, closed before store
+	boltDB    *raftboltdb.BoltStore   // raft.db: the stable store, and the log with LogStoreBoltDB
+	stable    *logstore.ClosingStable // boltDB as raft's stable store, closed before boltDB
 	logStore  io.Closer               // closes the log store when it is not raft.db
 	logs      raft.LogStore
 	fsm       *raftFSM
@@ -88,11 +88,11 @@ func New(cfg Config, observers ...Observer) (*Node, error) {
 		return nil, errors.New("raftnode: node id is required")
 	}
 	for id := range cfg.Peers {
-		if err := store.ValidateID(id); err != nil {
+		if err := nodeapi.ValidateID(id); err != nil {
 			return nil, fmt.Errorf("raftnode: peer %q: %w", id, err)
 		}
 	}
-	if err := store.ValidateID(cfg.ID); err != nil {
+	if err := nodeapi.ValidateID(cfg.ID); err != nil {
 		return nil, fmt.Errorf("raftnode: node id %q: %w", cfg.ID, err)
 	}
 	if cfg.Join != "" && cfg.Announce == nil {
@@ -149,7 +149,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("open raft store in %s: %w", cfg.DataDir, err)
 	}
-	n.store = store
+	n.boltDB = store
 	if err := os.Chmod(dbPath, 0o600); err != nil {
 		return fmt.Errorf("raft store %s: %w", dbPath, err)
 	}
@@ -335,8 +335,8 @@ func (n *Node) closeStores() {
 	if n.stable != nil {
 		n.stable.Close()
 	}
-	if n.store != nil {
-		n.store.Close()
+	if n.boltDB != nil {
+		n.boltDB.Close()
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // A joined node becomes a voter only once it has caught up, as Consul's
@@ -24,16 +24,16 @@ import (
 
 // ErrUnsafeChange: a membership change would leave fewer healthy voters than
 // a quorum, so the cluster could not elect a leader or commit afterwards.
-// It, Progress and ProgressFetcher are declared in internal/store, so that
+// It, Progress and ProgressFetcher are declared in internal/nodeapi, so that
 // the HTTP layer that serves and fetches progress need not import raftnode.
-var ErrUnsafeChange = store.ErrUnsafeChange
+var ErrUnsafeChange = nodeapi.ErrUnsafeChange
 
 type (
 	// Progress is what a member reports of itself.
-	Progress = store.Progress
+	Progress = nodeapi.Progress
 	// ProgressFetcher asks a member for its own Progress; it must return
 	// once ctx ends.
-	ProgressFetcher = store.ProgressFetcher
+	ProgressFetcher = nodeapi.ProgressFetcher
 )
 
 // PromoteMaxLag is how many entries a non-voter may trail the leader's last

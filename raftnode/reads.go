@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // DefaultReadyMaxLag is how many entries a follower may trail the leader's
@@ -62,7 +62,7 @@ func (n *Node) Ready() bool {
 // and have applied everything committed before the read began. The view is
 // not the machine itself, so that no reader can apply or restore outside
 // Raft (not even by a type assertion).
-func (n *Node) Read(ctx context.Context, stale bool) (store.LockReader, error) {
+func (n *Node) Read(ctx context.Context, stale bool) (nodeapi.LockReader, error) {
 	if _, bad := n.Diverged(); bad {
 		return nil, ErrDiverged // its state is not the cluster's, stale or not
 	}
@@ -119,7 +119,7 @@ func (r lockReader) Semaphore(name string) (fsm.Semaphore, bool) {
 }
 
 // leaderReader is a leader's view: it also says a lock's time left and
-// its parked acquires (store.LeaseView).
+// its parked acquires (nodeapi.LeaseView).
 type leaderReader struct {
 	lockReader
 	n *Node

@@ -77,7 +77,7 @@ func (n *Node) installBackup(ctx context.Context, info BackupInfo, m *fsm.Machin
 	// From the install until the no-op after it commits, this node's state
 	// is one the cluster may never commit: recorded first, durably, so that
 	// no read and no restart (a kill included) takes it for the cluster's.
-	// Restore's caller settles the record (settleRestore).
+	// RestoreBackupWith settles the record (settleRestore).
 	if err := n.markUnconfirmed(at, n.raft.CurrentTerm(), "backup restore in progress"); err != nil {
 		return false, err
 	}
@@ -141,20 +141,14 @@ func (n *Node) checkCluster(info BackupInfo, opts RestoreOptions) error {
 		"restore with allow_other_cluster", ErrOtherCluster, info.ClusterID, live)
 }
 
-// Restore replaces the whole cluster's state with a backup of this cluster
-// (RestoreWith, default options).
-func (n *Node) Restore(ctx context.Context, r io.Reader) (BackupInfo, error) {
-	return n.RestoreWith(ctx, r, RestoreOptions{})
-}
-
-// RestoreWith replaces the whole cluster's state with a backup, through
+// RestoreBackupWith replaces the whole cluster's state with a backup, through
 // Raft's user restore: the leader installs it at an index past its last
 // one, so every token granted afterwards is larger than any granted before
 // (the backup's own are at most its index), and followers receive it as a
 // snapshot. A file that fails DecodeBackup's checks, or another cluster's
 // backup unless opts allow it, is refused (ErrBadBackup) and changes
 // nothing. A leader whose install failed steps down (stepDownAfterRestore).
-func (n *Node) RestoreWith(ctx context.Context, r io.Reader, opts RestoreOptions) (BackupInfo, error) {
+func (n *Node) RestoreBackupWith(ctx context.Context, r io.Reader, opts RestoreOptions) (BackupInfo, error) {
 	if !n.IsLeader() {
 		return BackupInfo{}, ErrNotLeader
 	}
@@ -197,7 +191,7 @@ func (n *Node) RestoreWith(ctx context.Context, r io.Reader, opts RestoreOptions
 	// The machine's last command index is the backup's, far below Raft's
 	// applied index after the hole Restore leaves: a command entry now
 	// brings every replica's machine past it (see AppliedThrough), before
-	// Restore returns. (The woken leader loop below would tick too, since
+	// RestoreBackupWith returns. (The woken leader loop below would tick too, since
 	// the restored clock's term is none; this does not rely on it.)
 	if _, err := n.apply(fsm.Command{Op: fsm.OpTick}); err != nil {
 		n.log.Warn("tick after restore failed", "error", err)
@@ -216,15 +210,17 @@ func (n *Node) RestoreWith(ctx context.Context, r io.Reader, opts RestoreOptions
 	return info, nil
 }
 
-// SaveSnapshot writes a backup file to w (httpapi.Snapshotter).
-func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) error {
+// SaveBackup writes a backup file to w (httpapi.Backups): Backup without
+// the description.
+func (n *Node) SaveBackup(ctx context.Context, w io.Writer) error {
 	_, err := n.Backup(ctx, w)
 	return err
 }
 
-// RestoreSnapshot restores a backup file read from r (httpapi.Snapshotter).
-func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader, allowOtherCluster bool) error {
-	_, err := n.RestoreWith(ctx, r, RestoreOptions{AllowOtherCluster: allowOtherCluster})
+// RestoreBackup restores a backup file read from r (httpapi.Backups):
+// RestoreBackupWith with the one option the API has.
+func (n *Node) RestoreBackup(ctx context.Context, r io.Reader, allowOtherCluster bool) error {
+	_, err := n.RestoreBackupWith(ctx, r, RestoreOptions{AllowOtherCluster: allowOtherCluster})
 	return err
 }
 

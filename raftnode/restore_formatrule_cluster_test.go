@@ -9,7 +9,7 @@ import (
 
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/clustertest"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -28,7 +28,7 @@ import (
 func TestRestoreDoesNotBypassTheFormatRule(t *testing.T) {
 	old := clustertest.Options{Configure: func(cfg *raftnode.Config) {
 		fetch := cfg.FetchProgress
-		cfg.FetchProgress = func(ctx context.Context, id, addr string) (store.Progress, error) {
+		cfg.FetchProgress = func(ctx context.Context, id, addr string) (nodeapi.Progress, error) {
 			p, err := fetch(ctx, id, addr)
 			if id == "n3" && err == nil {
 				p.CommandVersion = 4 // an older build
@@ -61,7 +61,7 @@ func TestRestoreDoesNotBypassTheFormatRule(t *testing.T) {
 	if r, err := create(other); !errors.Is(err, raftnode.ErrNotSupportedYet) {
 		t.Fatalf("precondition: with n3 at format 4 a session create must be refused, got %+v %v", r, err)
 	}
-	if _, err := leader.RestoreWith(ctx, bytes.NewReader(backup.Bytes()), raftnode.RestoreOptions{AllowOtherCluster: true}); err != nil {
+	if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(backup.Bytes()), raftnode.RestoreOptions{AllowOtherCluster: true}); err != nil {
 		return // refused: sound
 	}
 	r, err := create(other)

@@ -147,7 +147,7 @@ func restoreKilled(t *testing.T, kind string, withRecord bool) {
 		orig()
 	}
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	_, rerr := leader.Restore(rctx, bytes.NewReader(backup.Bytes()))
+	_, rerr := leader.RestoreBackupWith(rctx, bytes.NewReader(backup.Bytes()), RestoreOptions{})
 	cancel()
 	if rerr == nil {
 		t.Fatal("the restore succeeded though the leader was cut off before replicating it")
@@ -470,7 +470,7 @@ func restoreOneOfFive(t *testing.T, kind string) {
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_, err := leader.Restore(rctx, bytes.NewReader(backup.Bytes()))
+		_, err := leader.RestoreBackupWith(rctx, bytes.NewReader(backup.Bytes()), RestoreOptions{})
 		rerr <- err
 	}()
 	select {
@@ -620,7 +620,7 @@ func unconfirmedLongerSuffix(t *testing.T, kind string) {
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_, err := leader.Restore(rctx, bytes.NewReader(backup.Bytes()))
+		_, err := leader.RestoreBackupWith(rctx, bytes.NewReader(backup.Bytes()), RestoreOptions{})
 		rerr <- err
 	}()
 	select {
@@ -768,7 +768,7 @@ func TestSecondUnconfirmedRestoreWithinAMinuteConverges(t *testing.T) {
 			orig()
 		}
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err := o.Restore(rctx, bytes.NewReader(backup.Bytes()))
+		_, err := o.RestoreBackupWith(rctx, bytes.NewReader(backup.Bytes()), RestoreOptions{})
 		cancel()
 		if err == nil {
 			t.Fatal("a restore succeeded though its leader was cut off")

@@ -166,7 +166,7 @@ func uncommittedRestore(t *testing.T, kind string) {
 		orig()
 	}
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	_, rerr := leader.Restore(rctx, bytes.NewReader(backup.Bytes()))
+	_, rerr := leader.RestoreBackupWith(rctx, bytes.NewReader(backup.Bytes()), RestoreOptions{})
 	cancel()
 	if rerr == nil {
 		t.Fatal("the restore succeeded though the leader was cut off before replicating it")
@@ -289,7 +289,7 @@ func uncommittedRestoreRestarted(t *testing.T, kind string) {
 		orig()
 	}
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	_, rerr := leader.Restore(rctx, bytes.NewReader(backup.Bytes()))
+	_, rerr := leader.RestoreBackupWith(rctx, bytes.NewReader(backup.Bytes()), RestoreOptions{})
 	cancel()
 	if rerr == nil {
 		t.Fatal("the restore succeeded though the leader was cut off before replicating it")

@@ -6,9 +6,9 @@ import (
 	"math/rand"
 	"time"
 
-	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/faults"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 // setupClocks (--clock-faults) gives each node a clock rate within the
@@ -16,7 +16,7 @@ import (
 func (r *runner) setupClocks() error {
 	rnd := rand.New(rand.NewSource(r.cfg.seed + 7))
 	r.clocks = &faults.Clocks{C: r.c, Rnd: rnd, LeaderRate: r.cfg.leaderRate,
-		DebugURL: func(n *cluster.Node) string { return "http://" + n.DebugAddr }}
+		DebugURL: func(n *procs.Node) string { return "http://" + n.DebugAddr }}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	desc, err := r.clocks.Setup(ctx)

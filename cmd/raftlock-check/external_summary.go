@@ -176,7 +176,7 @@ func (s *extSummary) check() {
 	s.props = []property{
 		{id: "a", name: "no two valid holders of a lock at once", violations: only(model.MutualExclusion(s.ops, s.cfg.drift), "a")},
 		{id: "b", name: "tokens of a lock increase; retries keep them", violations: model.Tokens(s.ops)},
-		{id: "c", name: "fenced register: no lower token, no lost write", violations: s.regs.Violations},
+		{id: "c", name: "no lower token, no lost write", violations: s.regs.Violations},
 		{id: "f", name: "lock indexes never go backwards (reads)", violations: model.IndexOrder(s.ops)},
 	}
 	if s.cfg.mix > 0 {
@@ -315,7 +315,7 @@ func (s *extSummary) print(w io.Writer) {
 		case p.notChecked:
 			verdict = "NOT CHECKED (" + p.note + ")"
 		}
-		fmt.Fprintf(w, "  (%s) %-48s %s\n", p.id, p.name, verdict)
+		fmt.Fprintf(w, "  (%s) %-17s %-48s %s\n", p.id, model.PropertyName(p.id), p.name, verdict)
 		for i, v := range p.violations {
 			if i == 10 {
 				fmt.Fprintf(w, "      … %d more\n", len(p.violations)-10)

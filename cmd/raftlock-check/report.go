@@ -76,13 +76,13 @@ func (r *runner) check() error {
 		return err
 	}
 	rep.props = []property{
-		{id: "a", name: "mutual exclusion of valid leases", violations: ep.each(func(_, a, _ []history.Op) []model.Violation { return only(model.MutualExclusion(a, r.cfg.drift), "a") })},
-		{id: "b", name: "fencing tokens increase; retries keep them", violations: ep.each(func(_, _, e []history.Op) []model.Violation { return model.Tokens(e) })},
-		{id: "c", name: "fenced register safe, unfenced loses writes", violations: rep.regs.Violations},
+		{id: "a", name: "no two valid holders of a lock at once", violations: ep.each(func(_, a, _ []history.Op) []model.Violation { return only(model.MutualExclusion(a, r.cfg.drift), "a") })},
+		{id: "b", name: "a lock's tokens increase; retries keep them", violations: ep.each(func(_, _, e []history.Op) []model.Violation { return model.Tokens(e) })},
+		{id: "c", name: "fenced one safe, unfenced one loses writes", violations: rep.regs.Violations},
 		{id: "d", name: "acknowledged ops in every node's final state", violations: dviol},
 	}
 	rep.lin = ep.linearizable(r.cfg.linTimeout)
-	e := property{id: "e", name: "linearizable (porcupine, lease-lock model)"}
+	e := property{id: "e", name: "of each lock (porcupine, lease-lock model)"}
 	m := model.Model()
 	var notes []string
 	for _, l := range rep.lin {
@@ -218,7 +218,7 @@ func (rep *report) print(r *runner) {
 		case p.notChecked:
 			verdict = "NOT CHECKED"
 		}
-		fmt.Fprintf(w, "  (%s) %-48s %s\n", p.id, p.name, verdict)
+		fmt.Fprintf(w, "  (%s) %-17s %-48s %s\n", p.id, model.PropertyName(p.id), p.name, verdict)
 		if p.note != "" {
 			fmt.Fprintf(w, "      %s\n", p.note)
 		}

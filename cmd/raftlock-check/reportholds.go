@@ -30,11 +30,11 @@ func only(vs []model.Violation, id string) []model.Violation {
 func holdProps(ops, opsA, opsE []history.Op, drift float64, extra []model.Violation, note string) []property {
 	c := countHolds(ops)
 	kept := model.HoldsKept(opsE)
-	h := property{id: "h", name: "sessions: end once, and their holds with them",
+	h := property{id: "h", name: "end once, and their holds with them",
 		violations: concat(model.Sessions(opsE), only(kept, "h"), only(extra, "h"))}
-	i := property{id: "i", name: "semaphores: <= limit permits; slot tokens rise",
+	i := property{id: "i", name: "<= limit permits; slot tokens rise",
 		violations: concat(model.Permits(opsA, drift), model.PermitTokens(opsE), model.SemaphoreReads(ops), only(kept, "i"), only(extra, "i"))}
-	j := property{id: "j", name: "shared locks: an exclusive hold excludes all",
+	j := property{id: "j", name: "an exclusive hold excludes all others",
 		violations: only(model.MutualExclusion(opsA, drift), "j")}
 	for _, p := range []struct {
 		prop *property

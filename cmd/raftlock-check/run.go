@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/faults"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/leaderwatch"
@@ -26,6 +25,7 @@ import (
 	"github.com/raftlock/raftlock/cmd/raftlock-check/proxy"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/register"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/workload"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 // config is what the run flags say.
@@ -184,7 +184,7 @@ type runner struct {
 	cfg         config
 	dir         string
 	out         io.Writer
-	c           *cluster.Cluster
+	c           *procs.Cluster
 	reg         *register.Server
 	proxies     []*proxy.Proxy
 	mu          sync.Mutex
@@ -296,7 +296,7 @@ func (r *runner) setup() error {
 		env = append(env, faults.CrashPointEnv+"="+faults.CrashPoint)
 	}
 	var err error
-	r.c, err = cluster.Start(cluster.Options{Bin: bin, Dir: filepath.Join(r.dir, "logs"), Extra: extra, Env: env, Debug: r.cfg.clockFaults})
+	r.c, err = procs.Start(procs.Options{Bin: bin, Dir: filepath.Join(r.dir, "logs"), Extra: extra, Env: env, Debug: r.cfg.clockFaults})
 	if err != nil {
 		return fmt.Errorf("starting the cluster: %w", err)
 	}

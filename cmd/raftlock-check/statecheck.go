@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 // stateCheck is what property (g) saw: the leader's state check at the end
@@ -117,7 +117,7 @@ func (r *runner) runStateCheck(ctx context.Context) stateCheck {
 
 // nodeStateCheck polls (10 s at most) until n has applied target, then
 // reads its divergence gauge.
-func (r *runner) nodeStateCheck(ctx context.Context, hc *http.Client, n *cluster.Node, target uint64) nodeCheck {
+func (r *runner) nodeStateCheck(ctx context.Context, hc *http.Client, n *procs.Node, target uint64) nodeCheck {
 	nc := nodeCheck{id: n.ID}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -127,7 +127,7 @@ func (r *runner) nodeStateCheck(ctx context.Context, hc *http.Client, n *cluster
 			nc.diverged = true
 			return nc
 		}
-		var i cluster.Info
+		var i procs.Info
 		if err == nil && status == http.StatusOK && json.Unmarshal(body, &i) == nil && i.AppliedIndex >= target {
 			break
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 // TestStateVerdict judges (g) on hand-made check results: a clean check
@@ -69,7 +69,7 @@ func TestGaugeValue(t *testing.T) {
 // whose gauge says it diverged, one that answers state_diverged, and one
 // that never applies the check's entry (not a divergence, a note).
 func TestNodeStateCheck(t *testing.T) {
-	fake := func(applied uint64, gauge string, divergedCode bool) *cluster.Node {
+	fake := func(applied uint64, gauge string, divergedCode bool) *procs.Node {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			if divergedCode {
 				w.Header().Set("Content-Type", "application/json")
@@ -87,13 +87,13 @@ func TestNodeStateCheck(t *testing.T) {
 			}
 		}))
 		t.Cleanup(srv.Close)
-		return &cluster.Node{ID: "nx", HTTPAddr: strings.TrimPrefix(srv.URL, "http://")}
+		return &procs.Node{ID: "nx", HTTPAddr: strings.TrimPrefix(srv.URL, "http://")}
 	}
 	r := &runner{}
 	hc := &http.Client{Timeout: time.Second}
 	for _, tc := range []struct {
 		name     string
-		node     *cluster.Node
+		node     *procs.Node
 		diverged bool
 		err      bool
 	}{

@@ -12,20 +12,20 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"github.com/raftlock/raftlock/internal/store"
+	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
 // storageError carries a store's error to raft's futures: it says
 // ErrStorage to whoever prints it and keeps the cause for errors.Is/As.
 type storageError struct{ cause error }
 
-func (e *storageError) Error() string        { return store.ErrStorage.Error() }
-func (e *storageError) Is(target error) bool { return target == store.ErrStorage }
+func (e *storageError) Error() string        { return nodeapi.ErrStorage.Error() }
+func (e *storageError) Is(target error) bool { return target == nodeapi.ErrStorage }
 func (e *storageError) Unwrap() error        { return e.cause }
 
 // GuardWrites wraps a log store so that a failed write is logged in full
 // here and reaches raft (and Apply's caller) as an error that is
-// store.ErrStorage, without the data dir's path; the cause stays reachable
+// nodeapi.ErrStorage, without the data dir's path; the cause stays reachable
 // through errors.Is/As. The wrapper hides a MonotonicLogStore's IsMonotonic:
 // see KeepMonotonic.
 func GuardWrites(logs raft.LogStore, log hclog.Logger) raft.LogStore {

@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 // Clock faults (--clock-faults) move node clocks through POST /debug/clock,
@@ -57,10 +57,10 @@ type ClockFault struct {
 
 // Clocks injects clock faults.
 type Clocks struct {
-	C   *cluster.Cluster
+	C   *procs.Cluster
 	Rnd *rand.Rand
 	// DebugURL is a node's --debug-addr base URL.
-	DebugURL func(n *cluster.Node) string
+	DebugURL func(n *procs.Node) string
 	// LeaderRate, when set, is the seeded twin beyond the bound: every
 	// node's clock runs at this rate (1.2: 20 % fast), so whoever leads
 	// expires leases early, and every skew fault keeps it.
@@ -68,7 +68,7 @@ type Clocks struct {
 }
 
 // Set sends one fault to node n.
-func (k *Clocks) Set(ctx context.Context, n *cluster.Node, f ClockFault) error {
+func (k *Clocks) Set(ctx context.Context, n *procs.Node, f ClockFault) error {
 	b, _ := json.Marshal(f)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, k.DebugURL(n)+"/debug/clock", bytes.NewReader(b))
 	if err != nil {
@@ -122,7 +122,7 @@ func (k *Clocks) Inject(ctx context.Context, kind string) Fault {
 		if err != nil {
 			return err
 		}
-		var followers []*cluster.Node
+		var followers []*procs.Node
 		for _, n := range k.C.Nodes {
 			if n != leader && n.Running() {
 				followers = append(followers, n)

@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 // Kinds of fault.
@@ -62,7 +62,7 @@ func (f Fault) String() string {
 
 // Injector holds what faults act on.
 type Injector struct {
-	C       *cluster.Cluster
+	C       *procs.Cluster
 	Rnd     *rand.Rand
 	TTL     time.Duration                  // the workload's typical TTL (leader pauses scale with it)
 	Clients func(owner string) (int, bool) // owner -> pid of a workload client
@@ -123,7 +123,7 @@ func (in *Injector) Inject(ctx context.Context, kind string) Fault {
 }
 
 // killLeader kills the leader with SIGKILL and restarts it after up to 5s.
-func (in *Injector) killLeader(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+func (in *Injector) killLeader(ctx, readyCtx context.Context, leader *procs.Node, f *Fault) error {
 	f.Target = leader.ID
 	down := in.between(0, 5*time.Second)
 	leader.Kill()
@@ -133,7 +133,7 @@ func (in *Injector) killLeader(ctx, readyCtx context.Context, leader *cluster.No
 }
 
 // pauseLeader stops the leader with SIGSTOP for TTL/2 to 3×TTL.
-func (in *Injector) pauseLeader(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+func (in *Injector) pauseLeader(ctx, readyCtx context.Context, leader *procs.Node, f *Fault) error {
 	f.Target = leader.ID
 	stopped := in.between(in.TTL/2, 3*in.TTL)
 	f.Detail = fmt.Sprintf("SIGSTOP for %v", stopped.Round(time.Millisecond))
@@ -144,7 +144,7 @@ func (in *Injector) pauseLeader(ctx, readyCtx context.Context, leader *cluster.N
 
 // transferLeadership asks the leader to hand leadership over and waits for
 // the new one.
-func (in *Injector) transferLeadership(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+func (in *Injector) transferLeadership(ctx, readyCtx context.Context, leader *procs.Node, f *Fault) error {
 	f.Target = leader.ID
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, leader.URL()+"/v1/cluster/transfer-leadership", strings.NewReader("{}"))
 	req.Header.Set("Content-Type", "application/json")
@@ -166,8 +166,8 @@ func (in *Injector) transferLeadership(ctx, readyCtx context.Context, leader *cl
 // restartFollower kills a follower, keeps it down for 2-5s and then, up to
 // SnapshotWait, until the leader snapshots (so that it may have to catch up
 // by one), restarts it and waits for it to catch up.
-func (in *Injector) restartFollower(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
-	var follower *cluster.Node
+func (in *Injector) restartFollower(ctx, readyCtx context.Context, leader *procs.Node, f *Fault) error {
+	var follower *procs.Node
 	for _, n := range in.C.Nodes {
 		if n != leader && n.Running() {
 			follower = n
@@ -202,7 +202,7 @@ func (in *Injector) restartFollower(ctx, readyCtx context.Context, leader *clust
 
 // pauseHolder stops a client that holds a lock with SIGSTOP for 1.5 to 3
 // times its TTL.
-func (in *Injector) pauseHolder(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+func (in *Injector) pauseHolder(ctx, readyCtx context.Context, leader *procs.Node, f *Fault) error {
 	var locks struct {
 		Locks []model.LockView `json:"locks"`
 	}
@@ -247,7 +247,7 @@ func (in *Injector) pauseHolder(ctx, readyCtx context.Context, leader *cluster.N
 
 // caughtUp waits until n has applied everything the leader had committed
 // when n came back.
-func (in *Injector) caughtUp(ctx context.Context, n *cluster.Node, limit time.Duration) error {
+func (in *Injector) caughtUp(ctx context.Context, n *procs.Node, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	var target uint64

@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/raftlock/raftlock/cmd/raftlock-check/cluster"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
+	"github.com/raftlock/raftlock/internal/clustertest/procs"
 )
 
 // restoreBackup saves a backup from the leader, lets the workload run on
@@ -20,7 +20,7 @@ import (
 // definite. f.Restore records the window the restore took effect in: from
 // the first send to the answer of the one that succeeded (never answered:
 // math.MaxInt64, so nothing after the first send counts as after it).
-func (in *Injector) restoreBackup(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+func (in *Injector) restoreBackup(ctx, readyCtx context.Context, leader *procs.Node, f *Fault) error {
 	f.Target = leader.ID
 	hc := &http.Client{Timeout: 20 * time.Second}
 	backup, saved, err := saveBackup(readyCtx, hc, leader)
@@ -70,7 +70,7 @@ func (in *Injector) restoreBackup(ctx, readyCtx context.Context, leader *cluster
 
 // saveBackup saves a backup from n (GET /v1/snapshot) and returns it with
 // the time of the answer.
-func saveBackup(ctx context.Context, hc *http.Client, n *cluster.Node) ([]byte, int64, error) {
+func saveBackup(ctx context.Context, hc *http.Client, n *procs.Node) ([]byte, int64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/v1/snapshot", nil)
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -112,7 +112,7 @@ const (
 // a leader of a later term was ready without it (that leader's committed
 // no-op sits at the restore's index, so no later leader can hold the
 // restore). f.Restore records that window with Maybe set (model.Restore).
-func (in *Injector) restoreCrash(ctx, readyCtx context.Context, leader *cluster.Node, f *Fault) error {
+func (in *Injector) restoreCrash(ctx, readyCtx context.Context, leader *procs.Node, f *Fault) error {
 	f.Target = leader.ID
 	if countInLog(leader.LogPath, CrashArmedLine) == 0 {
 		return fmt.Errorf("%s was not started with %s=%s in a raftlock_seeded_bugs build", leader.ID, CrashPointEnv, CrashPoint)

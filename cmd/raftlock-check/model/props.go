@@ -12,9 +12,33 @@ import (
 // Violation is one broken property, with enough detail to find it in the
 // journal.
 type Violation struct {
-	Property string // "a" … "j"
+	Property string // "a" … "n" (PropertyName)
 	Detail   string
 }
+
+// propertyNames are the short names said beside the properties' letters in
+// the report and the docs ("(a) mutual exclusion"). The letters stay the
+// properties' ids: violations, seeded tests and scripts match on them.
+var propertyNames = map[string]string{
+	"a": "mutual exclusion",
+	"b": "fencing tokens",
+	"c": "fenced register",
+	"d": "final state",
+	"e": "linearizability",
+	"f": "index order",
+	"g": "replica agreement",
+	"h": "sessions",
+	"i": "semaphores",
+	"j": "shared locks",
+	"k": "restore fencing",
+	"l": "lease end",
+	"m": "waiter wake-up",
+	"n": "session end",
+}
+
+// PropertyName is the short name of property id ("a" … "n"), "" for
+// another id.
+func PropertyName(id string) string { return propertyNames[id] }
 
 func (v Violation) String() string { return fmt.Sprintf("(%s) %s", v.Property, v.Detail) }
 

@@ -1,4 +1,4 @@
-// Package store is what the HTTP layer (httpapi) and the Raft node
+// Package nodeapi is what the HTTP layer (httpapi) and the Raft node
 // (raftnode) agree on without importing each other: the errors a node
 // returns, the status it reports, and the read-only view of its locks. It
 // knows no Raft and no HTTP, so that httpapi can be built and tested
@@ -6,7 +6,7 @@
 //
 // raftnode re-exports the errors (raftnode.ErrNotLeader is ErrNotLeader)
 // and the types, so its callers need not import this package.
-package store
+package nodeapi
 
 import (
 	"errors"
