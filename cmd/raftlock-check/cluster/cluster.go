@@ -1,9 +1,9 @@
 // Package cluster runs a cluster of real "raftlock serve" processes on
 // loopback ports, and kills, pauses, resumes and restarts them. It is the
-// shared internal/clustertest/procs under the names the checker's files use.
+// shared internal/testenv/procs under the names the checker's files use.
 package cluster
 
-import "github.com/raftlock/raftlock/internal/clustertest/procs"
+import "github.com/raftlock/raftlock/internal/testenv/procs"
 
 type (
 	// Node is one raftlock process (across restarts).

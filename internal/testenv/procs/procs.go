@@ -1,8 +1,16 @@
 // Package procs runs real "raftlock serve" processes on loopback ports: one
 // at a time (Node) or as a cluster (Start), and kills, pauses, resumes and
-// restarts them. The checker binary uses it, so it must not import testing;
-// the tests' t-based helpers (clustertest.FreePorts, cmd/raftlock's
-// startServe) are thin layers over it.
+// restarts them; Binary builds the raftlock binary they run, once per
+// process and build-tag set. The checker binary uses it, so it must not
+// import testing; the tests' t-based layer over it is testenv (Binary,
+// StartServe, StartProcs, FreePorts).
+//
+// Binary is the one way a test gets a server binary. cmd/raftlock's tests
+// once re-ran their own test binary as the server (a TestMain switch); that
+// ran a server compiled with the test files in it, worked in that package
+// only, and made a fault build of the server depend on building the whole
+// test binary with the tag. A real build costs a link per test process
+// (the build cache keeps the compile) and runs what ships.
 package procs
 
 import (
