@@ -10,16 +10,22 @@ import (
 	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
-// Binary returns a raftlock binary built with tags (procs.Binary: once per
-// test process, RAFTLOCK_BIN for the default build). It is where every
+// Binary returns a raftlock binary built with tags (procs.Build: once per
+// test process, RAFTLOCK_BIN for the build without tags). It is where every
 // real-process test starts, so it is where they are skipped under -short:
-// a process test cannot forget the skip.
+// a process test cannot forget the skip. Under `go test -cover` the binary
+// is a coverage build writing to the test's GOCOVERDIR, so the server code
+// the processes run counts in the package's coverage.
 func Binary(t testing.TB, tags ...string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs real raftlock processes; skipped with -short")
 	}
-	bin, err := procs.Binary(tags...)
+	b := procs.Build{Tags: tags}
+	if mode := testing.CoverMode(); mode != "" && os.Getenv("GOCOVERDIR") != "" {
+		b.CoverMode = mode
+	}
+	bin, err := b.Binary()
 	if err != nil {
 		t.Fatal(err)
 	}

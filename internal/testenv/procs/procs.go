@@ -5,12 +5,14 @@
 // import testing; the tests' t-based layer over it is testenv (Binary,
 // StartServe, StartProcs, FreePorts).
 //
-// Binary is the one way a test gets a server binary. cmd/raftlock's tests
-// once re-ran their own test binary as the server (a TestMain switch); that
-// ran a server compiled with the test files in it, worked in that package
-// only, and made a fault build of the server depend on building the whole
-// test binary with the tag. A real build costs a link per test process
-// (the build cache keeps the compile) and runs what ships.
+// Binary (or Build.Binary) is the one way a test gets a server binary.
+// cmd/raftlock's tests once re-ran their own test binary as the server (a
+// TestMain switch); that ran a server compiled together with the test
+// files, worked in that package only, and gave a fault build of the server
+// only by building the whole test binary with the tag. What it gave for
+// free, the server code counting in `go test -cover`, a Build with
+// CoverMode gives too (testenv.Binary asks for it under -cover). A real
+// build costs a link per test process; the build cache keeps the compile.
 package procs
 
 import (
