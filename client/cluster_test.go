@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // Tests against a real three-node cluster on loopback, real clocks.
@@ -49,9 +49,9 @@ func holdFor(t *testing.T, lease *Lease, d time.Duration) int {
 }
 
 func TestClusterWatchdogKeepsLeaseAlive(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	c := newClusterClient(t, cl.Endpoints())
-	ctx := clustertest.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	const ttl = time.Second
 	lease, err := c.Acquire(ctx, "orders/89041", AcquireOptions{TTL: ttl, Owner: "worker-a"})
 	if err != nil {
@@ -85,9 +85,9 @@ func TestClusterWatchdogKeepsLeaseAlive(t *testing.T) {
 }
 
 func TestClusterLeaseSurvivesLeaderKill(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	c := newClusterClient(t, cl.Endpoints())
-	ctx := clustertest.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	const ttl = 2 * time.Second
 	lease, err := c.Acquire(ctx, "a", AcquireOptions{TTL: ttl})
 	if err != nil {
@@ -122,10 +122,10 @@ func TestClusterLeaseSurvivesLeaderKill(t *testing.T) {
 }
 
 func TestClusterAcquireRetrySameLeaseIDSameToken(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	// Through a follower, so the retry is also forwarded.
 	c := newClusterClient(t, []string{cl.Followers()[0].URL()})
-	ctx := clustertest.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	id := NewLeaseID()
 	opts := AcquireOptions{TTL: 5 * time.Second, LeaseID: id, Owner: "worker-a"}
 	first, err := c.TryAcquire(ctx, "a", opts)
@@ -183,12 +183,12 @@ func newBlackhole(t *testing.T, target string) *blackhole {
 }
 
 func TestClusterPartitionedClientLosesLeaseByDeadline(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	leader := cl.Leader()
 	bh := newBlackhole(t, leader.URL())
 	// The client reaches the cluster only through the proxy.
 	c := newClusterClient(t, []string{bh.srv.URL})
-	ctx := clustertest.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	const ttl = time.Second
 	lease, err := c.Acquire(ctx, "a", AcquireOptions{TTL: ttl})
 	if err != nil {
@@ -224,10 +224,10 @@ func TestClusterPartitionedClientLosesLeaseByDeadline(t *testing.T) {
 }
 
 func TestClusterLostNoLaterThanDeadline(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	bh := newBlackhole(t, cl.Leader().URL())
 	c := newClusterClient(t, []string{bh.srv.URL})
-	ctx := clustertest.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	lease, err := c.Acquire(ctx, "a", AcquireOptions{TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)

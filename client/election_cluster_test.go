@@ -6,16 +6,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // Two RunElection candidates on a real cluster: one leads at a time, the
 // other leads once the first steps down, and a follower's OnNewLeader sees
 // each leader in turn.
 func TestClusterRunElectionOneLeaderAtATime(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	c := newClusterClient(t, cl.Endpoints())
-	ctx := clustertest.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	var leading, overlaps atomic.Int32
 	type cand struct {
 		cancel  context.CancelFunc

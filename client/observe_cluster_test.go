@@ -5,16 +5,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // A watch, linearizable or stale, survives the loss of the leader's node:
 // it resumes on the new leader (or any node) from the last index it
 // delivered, reports the release that follows, and never goes back.
 func TestClusterObserveSurvivesLeaderLoss(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	c := newClusterClient(t, cl.Endpoints())
-	ctx := clustertest.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	watches := map[string]<-chan LockState{

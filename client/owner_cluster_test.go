@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // A lease or session whose options name no owner takes the host name, as
@@ -18,7 +18,7 @@ func TestClusterDefaultOwnerIsHostName(t *testing.T) {
 	if err != nil || host == "" {
 		t.Skip("no host name:", err)
 	}
-	cl := clustertest.Start(t, 1)
+	cl := testenv.Start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, tc := range []struct {
@@ -70,7 +70,7 @@ func TestClusterDefaultOwnerIsHostName(t *testing.T) {
 // it belongs to that session, with its owner; Detach leaves both to the
 // session's maker, and an ended session cannot be attached.
 func TestClusterAttachSession(t *testing.T) {
-	cl := clustertest.Start(t, 1)
+	cl := testenv.Start(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	maker, other := newClusterClient(t, cl.Endpoints()), newClusterClient(t, cl.Endpoints())

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
@@ -16,7 +16,7 @@ import (
 // ErrUnauthorized/ErrForbidden without retries.
 func TestClientTLSAndToken(t *testing.T) {
 	const admin, rw, ro = "admin-token-0123456789abcdef", "rw-token-0123456789abcdef", "ro-token-0123456789abcdef"
-	cl := clustertest.Start(t, 3, clustertest.Options{
+	cl := testenv.Start(t, 3, testenv.Options{
 		TLS:    tlstest.NewCA(t, "client test CA"),
 		Tokens: admin + " admin\n" + rw + " read-write\n" + ro + " read-only\n",
 	})

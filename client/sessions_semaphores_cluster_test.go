@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // On a real three-node cluster: sessions, semaphores, shared locks.
@@ -74,11 +74,11 @@ func (p *countingProxy) count(path string) int {
 // the session alone; when its renewals stop, every lease is lost locally
 // and the cluster frees all 200 in one entry.
 func TestClusterSessionKeepsManyLocks(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	px := newCountingProxy(t, cl.Leader().URL())
 	c := newClusterClient(t, []string{px.srv.URL})
 	other := newClusterClient(t, cl.Endpoints())
-	ctx := clustertest.Context(t, 120*time.Second)
+	ctx := testenv.Context(t, 120*time.Second)
 	const ttl, n = 2 * time.Second, 200
 	sess, err := NewSession(ctx, c, SessionOptions{Owner: "ingest-7", TTL: ttl})
 	if err != nil {
@@ -139,7 +139,7 @@ func TestClusterSessionKeepsManyLocks(t *testing.T) {
 			t.Fatalf("lease %s: %v", l.Name(), l.Err())
 		}
 	}
-	clustertest.WaitFor(t, 30*time.Second, "the cluster to free the session's locks", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the cluster to free the session's locks", func() bool {
 		list, err := other.List(ctx, "s/", 1000)
 		return err == nil && len(list.Locks) == 0
 	})
@@ -169,9 +169,9 @@ func TestClusterSessionKeepsManyLocks(t *testing.T) {
 // Close frees a session's locks at once, and the session's read shows them
 // until then.
 func TestClusterSessionCloseFreesAtOnce(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	c := newClusterClient(t, cl.Endpoints())
-	ctx := clustertest.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	sess, err := NewSession(ctx, c, SessionOptions{Owner: "svc", TTL: 30 * time.Second, LockDelay: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -219,9 +219,9 @@ func TestClusterSessionCloseFreesAtOnce(t *testing.T) {
 // Limit 3: slots 0, 1, 2; a fourth is full, then gets the freed slot with
 // a larger token; a holder that stops renewing frees its permit at its TTL.
 func TestClusterSemaphoreSlots(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	c := newClusterClient(t, cl.Endpoints())
-	ctx := clustertest.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	var permits []*Permit
 	for i := range 3 {
 		p, err := c.TrySemaphore(ctx, "pool", 3, SemaphoreOptions{TTL: 2 * time.Second, Owner: fmt.Sprintf("w%d", i)})
@@ -274,9 +274,9 @@ func TestClusterSemaphoreSlots(t *testing.T) {
 // Two shared readers hold together; a writer waits for both and gets a
 // larger token; a reader arriving while the writer waits does not jump it.
 func TestClusterSharedLock(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	c := newClusterClient(t, cl.Endpoints())
-	ctx := clustertest.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	r1, err := c.TryAcquire(ctx, "schema", AcquireOptions{TTL: 5 * time.Second, Shared: true, Owner: "r1"})
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +306,7 @@ func TestClusterSharedLock(t *testing.T) {
 		l, err := c.Acquire(ctx, "schema", AcquireOptions{TTL: 5 * time.Second, Owner: "w"})
 		writer <- result{l, err}
 	}()
-	clustertest.WaitFor(t, 10*time.Second, "the writer to wait", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the writer to wait", func() bool {
 		// Waiters are reported by reads answered by the leader.
 		var j struct{ Waiters int }
 		_, err := c.do(ctx, request{method: http.MethodGet, path: "/v1/locks/schema", leader: true, idempotent: true}, &j)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // Waiters parked on a leader that loses leadership get 503 and the client
@@ -14,9 +14,9 @@ import (
 // is granted exactly once, with tokens increasing in grant order. (Mutual
 // exclusion itself is the checker's and the FSM tests' business.)
 func TestClusterWaitersSurviveLeaderChange(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	c := newClusterClient(t, cl.Endpoints())
-	ctx := clustertest.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	holder, err := c.TryAcquire(ctx, "queue", AcquireOptions{TTL: 30 * time.Second, Owner: "holder"})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestClusterWaitersSurviveLeaderChange(t *testing.T) {
 		}(i)
 	}
 	old := cl.Leader()
-	clustertest.WaitFor(t, 10*time.Second, "all waiters parked", func() bool { return old.Waiters() == n })
+	testenv.WaitFor(t, 10*time.Second, "all waiters parked", func() bool { return old.Waiters() == n })
 
 	to, err := c.TransferLeadership(ctx, "")
 	if err != nil {
@@ -55,7 +55,7 @@ func TestClusterWaitersSurviveLeaderChange(t *testing.T) {
 	if to != leader.ID {
 		t.Fatalf("transfer reported %q as the new leader, the cluster says %s", to, leader.ID)
 	}
-	clustertest.WaitFor(t, 10*time.Second, "waiters to re-park on the new leader", func() bool { return leader.Waiters() == n })
+	testenv.WaitFor(t, 10*time.Second, "waiters to re-park on the new leader", func() bool { return leader.Waiters() == n })
 	if err := holder.Release(ctx); err != nil {
 		t.Fatalf("release holder: %v", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // Reads the leader answers show a held lock's time left and its parked
@@ -18,7 +18,7 @@ func TestReadsShowRemainingAndWaiters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	leader, follower := cl.Leader(), cl.Followers()[0]
 	hc := cl.HTTPClient()
 	post := func(url, body string) (int, []byte) {
@@ -73,7 +73,7 @@ func TestReadsShowRemainingAndWaiters(t *testing.T) {
 		st, _ := post(leader.URL()+"/v1/locks/acquire", `{"name":"jobs/1","owner":"b","ttl_ms":10000,"wait_ms":60000}`)
 		parked <- st
 	}()
-	clustertest.WaitFor(t, 10*time.Second, "one waiter shown", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "one waiter shown", func() bool {
 		return getLock(leader.URL()+"/v1/locks/jobs/1").Waiters == 1
 	})
 	var list api.LockList

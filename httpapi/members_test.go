@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // GET /v1/cluster/members on the leader, with one follower down: the down
@@ -17,7 +17,7 @@ func TestMembersWithOneDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	leader := cl.Leader()
 	down := cl.Followers()[0]
 	down.Stop()
@@ -39,7 +39,7 @@ func TestMembersWithOneDown(t *testing.T) {
 	}
 	var got api.Members
 	var leaderID string
-	clustertest.WaitFor(t, 10*time.Second, "the up members ready, one of them leading", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the up members ready, one of them leading", func() bool {
 		// Under load leadership may move between the two up members after
 		// the test looked: the answer must flag whoever leads as the
 		// answering node knows it, and exactly that member.

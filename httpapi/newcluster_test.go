@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // A cluster that starts together accepts every feature from its first
@@ -33,7 +33,7 @@ func TestNewClusterAcceptsEveryFeatureFromTheFirstRequest(t *testing.T) {
 		return resp.StatusCode, out.String()
 	}
 	for round := range 10 {
-		c := clustertest.Start(t, 3)
+		c := testenv.Start(t, 3)
 		follower := c.Followers()[0].URL()
 		for _, req := range []struct {
 			path string

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // apiClient sends JSON to one node of a test cluster.
@@ -108,7 +108,7 @@ func (c apiClient) wantCode(status int, code, method, path, body string) []byte 
 func format5(t *testing.T, c apiClient, nudge func()) api.Session {
 	t.Helper()
 	var s api.Session
-	clustertest.WaitFor(t, 20*time.Second, "a session create (command format 5)", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "a session create (command format 5)", func() bool {
 		nudge()
 		st, b := c.do("POST", "/v1/sessions", `{"owner":"probe","ttl_ms":600000}`)
 		if st == http.StatusServiceUnavailable && strings.Contains(string(b), api.CodeNotSupportedYet) {
@@ -129,8 +129,8 @@ func TestSessionHolds200Locks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	clock := &clustertest.ManualClock{}
-	cl := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
+	clock := &testenv.ManualClock{}
+	cl := testenv.Start(t, 3, testenv.Options{Clock: clock})
 	hc := cl.HTTPClient()
 	f := apiClient{t, hc, cl.Followers()[0].URL()} // every write forwarded
 	nudge := func() { clock.Advance(time.Millisecond) }
@@ -178,7 +178,7 @@ func TestSessionHolds200Locks(t *testing.T) {
 	clock.Advance(time.Millisecond)
 	// Past the deadline: a leader change meanwhile restarts the FSM clock
 	// from the last stamp (leases only get longer), so move time on freely.
-	clustertest.WaitFor(t, 10*time.Second, "all 200 locks to end with the session", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "all 200 locks to end with the session", func() bool {
 		clock.Advance(50 * time.Millisecond)
 		return held("exp/") == 0
 	})
@@ -206,7 +206,7 @@ func TestSemaphoreLimit3(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	f := apiClient{t, cl.HTTPClient(), cl.Followers()[0].URL()}
 	format5(t, f, func() {})
 
@@ -252,7 +252,7 @@ func TestSemaphoreLimit3(t *testing.T) {
 		done <- p
 	}()
 	l := apiClient{t, cl.HTTPClient(), cl.Leader().URL()}
-	clustertest.WaitFor(t, 10*time.Second, "the acquire to park", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the acquire to park", func() bool {
 		var s api.Semaphore
 		l.must(200, "GET", "/v1/semaphores/pool", "", &s)
 		return s.Waiters == 1
@@ -270,7 +270,7 @@ func TestSharedReadersThenWriter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	f := apiClient{t, cl.HTTPClient(), cl.Followers()[0].URL()}
 	format5(t, f, func() {})
 

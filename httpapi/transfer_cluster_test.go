@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // On a real single node, a leadership transfer has nobody to go to: 409
 // no_successor naming why, not raft's bare "cannot find peer" as a 500; and
 // a transfer to the node itself answers 200 with it, at once.
 func TestTransferLeadershipSingleNode(t *testing.T) {
-	cl := clustertest.Start(t, 1)
+	cl := testenv.Start(t, 1)
 	n := cl.Nodes[0]
 	post := func(body string) (int, []byte) {
 		t.Helper()
@@ -28,7 +28,7 @@ func TestTransferLeadershipSingleNode(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
-	clustertest.WaitFor(t, 15*time.Second, "the node to lead", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "the node to lead", func() bool {
 		id, _ := n.Leader()
 		return id != ""
 	})

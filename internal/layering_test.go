@@ -106,8 +106,19 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	})
+	t.Run("only tests import the test harnesses", func(t *testing.T) {
+		// internal/testenv and its contract suite are for tests; of its
+		// packages only procs, which imports no testing, may be built into
+		// a binary (the checker runs its clusters with it).
+		for _, v := range violations(t, mod+"...", mod+"internal/testenv") {
+			if strings.HasPrefix(v, mod+"internal/testenv") || strings.HasSuffix(v, " imports "+mod+"internal/testenv/procs") {
+				continue
+			}
+			t.Error(v)
+		}
+	})
 	t.Run("raftnode imports no httpapi", func(t *testing.T) {
-		// Its test helpers that serve the API live in internal/clustertest.
+		// Its test helpers that serve the API live in internal/testenv.
 		for _, v := range violations(t, mod+"raftnode/...", mod+"httpapi") {
 			t.Error(v)
 		}

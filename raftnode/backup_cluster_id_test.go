@@ -7,20 +7,20 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
-func backupOf(t *testing.T, n *clustertest.Node) []byte {
+func backupOf(t *testing.T, n *testenv.Node) []byte {
 	t.Helper()
 	var f bytes.Buffer
-	if _, err := n.Backup(clustertest.Context(t, 10*time.Second), &f); err != nil {
+	if _, err := n.Backup(testenv.Context(t, 10*time.Second), &f); err != nil {
 		t.Fatalf("backup of %s: %v", n.ID, err)
 	}
 	return f.Bytes()
 }
 
-func httpAddrs(t *testing.T, n *clustertest.Node) map[string]string {
+func httpAddrs(t *testing.T, n *testenv.Node) map[string]string {
 	t.Helper()
 	st, err := n.Status()
 	if err != nil {
@@ -35,11 +35,11 @@ func httpAddrs(t *testing.T, n *clustertest.Node) map[string]string {
 
 // twoClusters starts a 3-node cluster a, every member's address known, and a
 // 1-node cluster b, each holding a lock, and returns b's backup.
-func twoClusters(t *testing.T) (a *clustertest.Cluster, other []byte) {
-	a = clustertest.Start(t, 3)
-	b := clustertest.Start(t, 1)
+func twoClusters(t *testing.T) (a *testenv.Cluster, other []byte) {
+	a = testenv.Start(t, 3)
+	b := testenv.Start(t, 1)
 	leader := a.Leader()
-	clustertest.WaitFor(t, 10*time.Second, "every member's address is known", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "every member's address is known", func() bool {
 		for _, addr := range httpAddrs(t, leader) {
 			if addr == "" {
 				return false
@@ -62,7 +62,7 @@ func twoClusters(t *testing.T) (a *clustertest.Cluster, other []byte) {
 func TestRestoreRefusesAnotherClustersBackup(t *testing.T) {
 	a, other := twoClusters(t)
 	leader := a.Leader()
-	clustertest.WaitFor(t, 10*time.Second, "every node has the cluster id", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "every node has the cluster id", func() bool {
 		id := leader.ClusterID()
 		for _, n := range a.Nodes {
 			if n.ClusterID() == "" || n.ClusterID() != id {
@@ -78,7 +78,7 @@ func TestRestoreRefusesAnotherClustersBackup(t *testing.T) {
 	if err != nil || info.ClusterID == "" || info.ClusterID == leader.ClusterID() {
 		t.Fatalf("b's backup: %+v %v, want a cluster id other than a's %s", info, err, leader.ClusterID())
 	}
-	ctx := clustertest.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(other), raftnode.RestoreOptions{}); !errors.Is(err, raftnode.ErrOtherCluster) || !errors.Is(err, raftnode.ErrBadBackup) {
 		t.Fatalf("restore of b's backup: %v, want ErrOtherCluster", err)
 	}
@@ -102,12 +102,12 @@ func TestRestoreOfAnotherClustersBackupKeepsMembers(t *testing.T) {
 	leader := a.Leader()
 	addrs := httpAddrs(t, leader)
 	id := leader.ClusterID()
-	ctx := clustertest.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(other), raftnode.RestoreOptions{AllowOtherCluster: true}); err != nil {
 		t.Fatalf("restore of b's backup, allowed: %v", err)
 	}
 	for _, n := range a.Nodes {
-		clustertest.WaitFor(t, 10*time.Second, n.ID+" takes the restore", func() bool {
+		testenv.WaitFor(t, 10*time.Second, n.ID+" takes the restore", func() bool {
 			_, ok := n.Machine().Get("b/lock")
 			return ok
 		})
@@ -135,12 +135,12 @@ func TestRestoreOfAnotherClustersBackupKeepsMembers(t *testing.T) {
 // at index 69, after which a new grant got 84) is refused, and after a
 // valid restore every new grant's token exceeds every restored one.
 func TestRestoreRefusesCraftedStateAndNoTokenGoesDown(t *testing.T) {
-	c := clustertest.Start(t, 1)
+	c := testenv.Start(t, 1)
 	leader := c.Leader()
 	if status, body := acquire(t, leader, "keep", "w", leaseA, 600000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
 	}
-	ctx := clustertest.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	allow := raftnode.RestoreOptions{AllowOtherCluster: true}
 	for name, tc := range untrustedCases(t) {
 		if _, err := leader.RestoreBackupWith(ctx, bytes.NewReader(tc.file), allow); !errors.Is(err, raftnode.ErrBadBackup) {

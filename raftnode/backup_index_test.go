@@ -14,22 +14,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
 func TestRestoreNeverLowersAnIndex(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	leader := c.Leader()
 	var file bytes.Buffer
-	if _, err := leader.Backup(clustertest.Context(t, 10*time.Second), &file); err != nil {
+	if _, err := leader.Backup(testenv.Context(t, 10*time.Second), &file); err != nil {
 		t.Fatal(err)
 	}
 	if status, body := acquire(t, leader, "b", "y", "lease-y-0123456789abcd", 600000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
 	}
 	before := leader.Machine().Index("b")
-	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
+	if _, err := leader.RestoreBackupWith(testenv.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	after := leader.Machine().Index("b")

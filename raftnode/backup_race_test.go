@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -20,9 +20,9 @@ import (
 // restored state claimed, so a watcher saw an index go down. Writes keep
 // coming here during the whole restore; none may read lower afterwards.
 func TestRestoreDuringWritesNeverLowersAnIndex(t *testing.T) {
-	c := clustertest.Start(t, 1)
+	c := testenv.Start(t, 1)
 	leader := c.Leader()
-	ctx := clustertest.Context(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 
 	// A big backup from early in the cluster's life (every lock granted at
 	// index 1, only so it is built fast): preparing it takes long enough

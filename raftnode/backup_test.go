@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -76,7 +76,7 @@ func TestParseBackupRefusesDamagedFiles(t *testing.T) {
 // every node, and every token granted afterwards exceeds every token granted
 // before it; a damaged file is refused and changes nothing.
 func TestBackupRestoreKeepsTokensMonotonic(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	leader := c.Leader()
 	var before []uint64
 	for i := 0; i < 3; i++ {
@@ -87,11 +87,11 @@ func TestBackupRestoreKeepsTokensMonotonic(t *testing.T) {
 		before = append(before, token(t, body))
 	}
 	var file bytes.Buffer
-	info, err := leader.Backup(clustertest.Context(t, 10*time.Second), &file)
+	info, err := leader.Backup(testenv.Context(t, 10*time.Second), &file)
 	if err != nil || info.Locks != 3 || info.Index < before[2] {
 		t.Fatalf("backup: %+v %v", info, err)
 	}
-	if _, err := c.Followers()[0].Backup(clustertest.Context(t, 10*time.Second), &bytes.Buffer{}); !errors.Is(err, raftnode.ErrNotLeader) {
+	if _, err := c.Followers()[0].Backup(testenv.Context(t, 10*time.Second), &bytes.Buffer{}); !errors.Is(err, raftnode.ErrNotLeader) {
 		t.Fatalf("backup on a follower: %v, want ErrNotLeader", err)
 	}
 	var maxBefore uint64
@@ -106,18 +106,18 @@ func TestBackupRestoreKeepsTokensMonotonic(t *testing.T) {
 	// Refused: a damaged copy changes nothing.
 	bad := bytes.Clone(file.Bytes())
 	bad[len(bad)/2] ^= 1
-	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(bad), raftnode.RestoreOptions{}); !errors.Is(err, raftnode.ErrBadBackup) {
+	if _, err := leader.RestoreBackupWith(testenv.Context(t, 10*time.Second), bytes.NewReader(bad), raftnode.RestoreOptions{}); !errors.Is(err, raftnode.ErrBadBackup) {
 		t.Fatalf("damaged restore: %v, want ErrBadBackup", err)
 	}
 	if _, ok := leader.Machine().Get("new/4"); !ok {
 		t.Fatal("a refused restore changed the state")
 	}
 
-	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
+	if _, err := leader.RestoreBackupWith(testenv.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	for _, n := range c.Nodes {
-		clustertest.WaitFor(t, 10*time.Second, n.ID+" takes the restore", func() bool {
+		testenv.WaitFor(t, 10*time.Second, n.ID+" takes the restore", func() bool {
 			_, newer := n.Machine().Get("new/0")
 			l, old := n.Machine().Get("old/2")
 			return !newer && old && l.Token == before[2]
@@ -149,18 +149,18 @@ func TestBackupRestoreKeepsTokensMonotonic(t *testing.T) {
 // The restored leases keep their remaining time even when the backup was
 // taken in the current term: the restore does not add the time since.
 func TestRestoreDoesNotShortenLeases(t *testing.T) {
-	clk := &clustertest.ManualClock{}
-	c := clustertest.Start(t, 1, clustertest.Options{Clock: clk})
+	clk := &testenv.ManualClock{}
+	c := testenv.Start(t, 1, testenv.Options{Clock: clk})
 	leader := c.Leader()
 	if status, body := acquire(t, leader, "l", "w", leaseA, 10000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
 	}
 	var file bytes.Buffer
-	if _, err := leader.Backup(clustertest.Context(t, 10*time.Second), &file); err != nil {
+	if _, err := leader.Backup(testenv.Context(t, 10*time.Second), &file); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(60 * time.Second) // far past the TTL
-	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
+	if _, err := leader.RestoreBackupWith(testenv.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if status, _ := acquire(t, leader, "l", "x", leaseB, 10000); status != 409 {
@@ -170,7 +170,7 @@ func TestRestoreDoesNotShortenLeases(t *testing.T) {
 
 // idleClock tells when the leader loop goes idle (waits an hour: no lease).
 type idleClock struct {
-	*clustertest.ManualClock
+	*testenv.ManualClock
 	idle chan struct{}
 }
 
@@ -187,15 +187,15 @@ func (c idleClock) After(d time.Duration) <-chan time.Time {
 // Restored leases expire on time even when the cluster had none before the
 // restore (the leader's tick loop was idle).
 func TestRestoredLeasesExpire(t *testing.T) {
-	clk := idleClock{&clustertest.ManualClock{}, make(chan struct{}, 1)}
-	c := clustertest.Start(t, 1, clustertest.Options{Clock: clk})
+	clk := idleClock{&testenv.ManualClock{}, make(chan struct{}, 1)}
+	c := testenv.Start(t, 1, testenv.Options{Clock: clk})
 	leader := c.Leader()
 	status, body := acquire(t, leader, "l", "w", leaseA, 1000)
 	if status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
 	}
 	var file bytes.Buffer
-	if _, err := leader.Backup(clustertest.Context(t, 10*time.Second), &file); err != nil {
+	if _, err := leader.Backup(testenv.Context(t, 10*time.Second), &file); err != nil {
 		t.Fatal(err)
 	}
 	if status, _ := call(t, "POST", leader.URL()+"/v1/locks/release", map[string]any{"name": "l", "lease_id": leaseA}); status != 200 {
@@ -212,10 +212,10 @@ func TestRestoredLeasesExpire(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the leader loop did not go idle")
 	}
-	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
+	if _, err := leader.RestoreBackupWith(testenv.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	clustertest.WaitFor(t, 10*time.Second, "the restored lease expires", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the restored lease expires", func() bool {
 		clk.Advance(100 * time.Millisecond)
 		_, held := leader.Machine().Get("l")
 		return !held
@@ -226,10 +226,10 @@ func TestRestoredLeasesExpire(t *testing.T) {
 // scans), with no lease to tick for, linearizable reads still work: the
 // restore is followed by a command every replica's machine applies.
 func TestReadsAfterRestoreFarBehind(t *testing.T) {
-	c := clustertest.Start(t, 1)
+	c := testenv.Start(t, 1)
 	leader := c.Leader()
 	var file bytes.Buffer
-	if _, err := leader.Backup(clustertest.Context(t, 10*time.Second), &file); err != nil {
+	if _, err := leader.Backup(testenv.Context(t, 10*time.Second), &file); err != nil {
 		t.Fatal(err)
 	}
 	start := leader.Raft().LastIndex()
@@ -239,15 +239,15 @@ func TestReadsAfterRestoreFarBehind(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for leader.Raft().LastIndex() < start+1200 {
-				leader.Apply(clustertest.Context(t, 10*time.Second), fsm.Command{Op: fsm.OpRelease, Name: "x", LeaseID: leaseA})
+				leader.Apply(testenv.Context(t, 10*time.Second), fsm.Command{Op: fsm.OpRelease, Name: "x", LeaseID: leaseA})
 			}
 		}()
 	}
 	wg.Wait()
-	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
+	if _, err := leader.RestoreBackupWith(testenv.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leader.Read(clustertest.Context(t, 5*time.Second), false); err != nil {
+	if _, err := leader.Read(testenv.Context(t, 5*time.Second), false); err != nil {
 		t.Fatalf("linearizable read after the restore: %v", err)
 	}
 }
@@ -255,10 +255,10 @@ func TestReadsAfterRestoreFarBehind(t *testing.T) {
 // An acquire parked on a lock the restore frees is granted at once, not
 // when its wait runs out.
 func TestRestoreServesParkedAcquires(t *testing.T) {
-	c := clustertest.Start(t, 1)
+	c := testenv.Start(t, 1)
 	leader := c.Leader()
 	var file bytes.Buffer
-	if _, err := leader.Backup(clustertest.Context(t, 10*time.Second), &file); err != nil {
+	if _, err := leader.Backup(testenv.Context(t, 10*time.Second), &file); err != nil {
 		t.Fatal(err)
 	}
 	if status, body := acquire(t, leader, "l", "a", leaseA, 600000); status != 200 {
@@ -281,8 +281,8 @@ func TestRestoreServesParkedAcquires(t *testing.T) {
 		json.NewDecoder(resp.Body).Decode(&body)
 		got <- answer{resp.StatusCode, body}
 	}()
-	clustertest.WaitFor(t, 10*time.Second, "b parks", func() bool { return leader.Waiters() == 1 })
-	if _, err := leader.RestoreBackupWith(clustertest.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
+	testenv.WaitFor(t, 10*time.Second, "b parks", func() bool { return leader.Waiters() == 1 })
+	if _, err := leader.RestoreBackupWith(testenv.Context(t, 10*time.Second), bytes.NewReader(file.Bytes()), raftnode.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -302,7 +302,7 @@ func TestRestoreServesParkedAcquires(t *testing.T) {
 // semaphore nobody held, listing no holder.
 func TestRestoreServesParkedSemaphoreAcquires(t *testing.T) {
 	c, _ := startFormat5(t)
-	ctx := clustertest.Context(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	var backup bytes.Buffer
 	if _, err := c.Leader().Backup(ctx, &backup); err != nil { // nobody holds "pool"
 		t.Fatal(err)

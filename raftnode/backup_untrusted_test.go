@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -132,7 +132,7 @@ func (e *endless) Read(p []byte) (int, error) {
 // no more than a few buffers of it, and one whose header is right but whose
 // state is garbage is refused as soon as the garbage is read.
 func TestRestoreChecksTheHeaderBeforeReadingTheBody(t *testing.T) {
-	c := clustertest.Start(t, 1)
+	c := testenv.Start(t, 1)
 	leader := c.Leader()
 	const size = 64 << 20
 	zeros := &endless{prefix: []byte("RAFTLOCK-BACKUP\n"), n: size} // version 0
@@ -143,7 +143,7 @@ func TestRestoreChecksTheHeaderBeforeReadingTheBody(t *testing.T) {
 	huge = append(huge, "RAFTLOCK-SNAP\x03"...)
 	garbage := &endless{prefix: huge, n: size} // a clock, then no locks, nodes, ... : zeros decode as an empty state until the end
 	for name, body := range map[string]*endless{"version 0": zeros, "right header": garbage} {
-		req, err := http.NewRequestWithContext(clustertest.Context(t, time.Minute), "POST", leader.URL()+"/v1/snapshot", body)
+		req, err := http.NewRequestWithContext(testenv.Context(t, time.Minute), "POST", leader.URL()+"/v1/snapshot", body)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // BenchmarkAcquireRelease measures acquire+release cycles against the leader
@@ -22,7 +22,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, workers := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			c := clustertest.Start(b, 3)
+			c := testenv.Start(b, 3)
 			url := c.Leader().URL()
 			client := &http.Client{Transport: &http.Transport{MaxIdleConns: workers, MaxIdleConnsPerHost: workers}}
 			var acq, rel latencies

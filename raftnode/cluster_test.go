@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // call sends one JSON request and decodes the answer into a map.
@@ -37,7 +37,7 @@ func call(t *testing.T, method, url string, body any) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
-func acquire(t *testing.T, node *clustertest.Node, name, owner, lease string, ttlMs int) (int, map[string]any) {
+func acquire(t *testing.T, node *testenv.Node, name, owner, lease string, ttlMs int) (int, map[string]any) {
 	t.Helper()
 	return call(t, "POST", node.URL()+"/v1/locks/acquire", map[string]any{"name": name, "owner": owner, "lease_id": lease, "ttl_ms": ttlMs})
 }
@@ -59,7 +59,7 @@ const (
 // A lock taken through a follower survives a
 // kill -9 of the leader with its holder and token.
 func TestLockSurvivesLeaderKill(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	followers := c.Followers()
 
 	status, body := acquire(t, followers[0], "orders/89041", "worker-a", leaseA, 60000)
@@ -104,7 +104,7 @@ func TestLockSurvivesLeaderKill(t *testing.T) {
 }
 
 func TestIdempotentAcquireReturnsSameToken(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	f := c.Followers()[0]
 	_, first := acquire(t, f, "jobs/1", "w", leaseA, 5000)
 	status, again := acquire(t, c.Leader(), "jobs/1", "w", leaseA, 5000)
@@ -114,7 +114,7 @@ func TestIdempotentAcquireReturnsSameToken(t *testing.T) {
 }
 
 func TestRestartedNodeCatchesUp(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	lagging := c.Followers()[0]
 	lagging.Kill()
 	leader := c.Leader()
@@ -133,7 +133,7 @@ func TestRestartedNodeCatchesUp(t *testing.T) {
 }
 
 func TestLaggingNodeCatchesUpBySnapshot(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{SnapshotThreshold: 32, TrailingLogs: 8})
+	c := testenv.Start(t, 3, testenv.Options{SnapshotThreshold: 32, TrailingLogs: 8})
 	lagging := c.Followers()[0]
 	lagging.Kill()
 	leader := c.Leader()
@@ -156,7 +156,7 @@ func TestLaggingNodeCatchesUpBySnapshot(t *testing.T) {
 	c.EnsureSame(t)
 }
 
-func held(n *clustertest.Node, name string) bool {
+func held(n *testenv.Node, name string) bool {
 	_, ok := n.Machine().Get(name)
 	return ok
 }
@@ -165,15 +165,15 @@ func held(n *clustertest.Node, name string) bool {
 // at the manual clock's current reading: a refusal from its own clock, a
 // grant through an entry stamped now, so the answer shows exactly what the
 // log decides at that moment, whatever the tick loop does.
-func contend(t *testing.T, node *clustertest.Node, name string) int {
+func contend(t *testing.T, node *testenv.Node, name string) int {
 	t.Helper()
 	status, _ := acquire(t, node, name, "b", leaseB, 1000)
 	return status
 }
 
 func TestLeaseExpiresAtTTLAndNotBefore(t *testing.T) {
-	clock := &clustertest.ManualClock{}
-	c := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
+	clock := &testenv.ManualClock{}
+	c := testenv.Start(t, 3, testenv.Options{Clock: clock})
 	leader := c.Leader()
 	if status, body := acquire(t, leader, "exp", "a", leaseA, 1000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
@@ -190,7 +190,7 @@ func TestLeaseExpiresAtTTLAndNotBefore(t *testing.T) {
 	// With no traffic at all, the leader's ticks expire leases on time.
 	// Polling nudges the clock so a timer armed just after an Advance fires.
 	clock.Advance(time.Second)
-	clustertest.WaitFor(t, 10*time.Second, "expiry by tick on every node", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "expiry by tick on every node", func() bool {
 		clock.Advance(time.Millisecond)
 		for _, n := range c.Nodes {
 			if held(n, "exp") {
@@ -206,8 +206,8 @@ func TestLeaseExpiresAtTTLAndNotBefore(t *testing.T) {
 // measured still counts, and the election (during which no manual time
 // passes here) adds nothing.
 func TestLeaderChangeNeitherRestartsNorShortensTTL(t *testing.T) {
-	clock := &clustertest.ManualClock{}
-	c := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
+	clock := &testenv.ManualClock{}
+	c := testenv.Start(t, 3, testenv.Options{Clock: clock})
 	old := c.Leader()
 	if status, body := acquire(t, old, "failover", "a", leaseA, 1000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
@@ -223,7 +223,7 @@ func TestLeaderChangeNeitherRestartsNorShortensTTL(t *testing.T) {
 
 	old.Kill()
 	leader := c.WaitForNewLeader(old)
-	clustertest.WaitFor(t, 10*time.Second, "the new leader's first tick", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the new leader's first tick", func() bool {
 		return leader.Machine().Clock().Term == leader.Raft().CurrentTerm()
 	})
 	clock.Advance(399 * time.Millisecond)
@@ -244,13 +244,13 @@ func TestLeaderChangeNeitherRestartsNorShortensTTL(t *testing.T) {
 // leader restarted the lease.) No manual time passes during the election
 // here, so the lock must be free at exactly TTL + TickInterval.
 func TestLeaderChangeWithNoTrafficLengthensLeaseByAtMostTickInterval(t *testing.T) {
-	const tick = 50 * time.Millisecond // clustertest's TickInterval
-	clock := &clustertest.ManualClock{}
-	c := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
+	const tick = 50 * time.Millisecond // testenv's TickInterval
+	clock := &testenv.ManualClock{}
+	c := testenv.Start(t, 3, testenv.Options{Clock: clock})
 	old := c.Leader()
 	// Followers announce their HTTP addresses through the leader: let those
 	// entries land first, so that nothing but the leader loop writes below.
-	clustertest.WaitFor(t, 10*time.Second, "every member's HTTP address", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "every member's HTTP address", func() bool {
 		for _, n := range c.Nodes {
 			if addr, _ := old.Machine().NodeAddr(n.ID); addr == "" {
 				return false
@@ -266,14 +266,14 @@ func TestLeaderChangeWithNoTrafficLengthensLeaseByAtMostTickInterval(t *testing.
 	clock.Advance(600 * time.Millisecond)
 	// The leader loop's wake-up is due: within TickInterval of the leader's
 	// clock, its FSM clock moves although no deadline is near.
-	clustertest.WaitFor(t, 10*time.Second, "a tick 600 ms after the acquire", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "a tick 600 ms after the acquire", func() bool {
 		return old.Machine().Clock().Now >= deadline-int64(400*time.Millisecond+tick)
 	})
 	c.WaitApplied(old.Raft().LastIndex())
 
 	old.Kill()
 	leader := c.WaitForNewLeader(old)
-	clustertest.WaitFor(t, 10*time.Second, "the new leader's first tick", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the new leader's first tick", func() bool {
 		return leader.Machine().Clock().Term == leader.Raft().CurrentTerm()
 	})
 	clock.Advance(time.Duration(acquiredAt + int64(time.Second+tick) - clock.Now()))
@@ -283,7 +283,7 @@ func TestLeaderChangeWithNoTrafficLengthensLeaseByAtMostTickInterval(t *testing.
 }
 
 func TestNoLeaderWhenQuorumLost(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	survivor := c.Followers()[0]
 	for _, n := range c.Nodes {
 		if n != survivor {
@@ -308,7 +308,7 @@ func TestNoLeaderWhenQuorumLost(t *testing.T) {
 }
 
 func TestJoinLeaveAndTransfer(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	leader := c.Leader()
 	status, body := acquire(t, leader, "members", "w", leaseA, 60000)
 	if status != 200 {
@@ -317,7 +317,7 @@ func TestJoinLeaveAndTransfer(t *testing.T) {
 	tok := token(t, body)
 
 	n4 := c.AddNode(c.Followers()[0].URL())
-	clustertest.WaitFor(t, 15*time.Second, "n4 to join, learn the lock and be promoted to voter", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "n4 to join, learn the lock and be promoted to voter", func() bool {
 		st, _ := leader.Status()
 		voter := false
 		for _, m := range st.Nodes {
@@ -351,7 +351,7 @@ func TestJoinLeaveAndTransfer(t *testing.T) {
 
 // metricValue scrapes node's /metrics and returns the sample named exactly
 // by series (name with labels), or -1 when absent.
-func metricValue(t *testing.T, node *clustertest.Node, series string) float64 {
+func metricValue(t *testing.T, node *testenv.Node, series string) float64 {
 	t.Helper()
 	resp, err := http.Get(node.URL() + "/metrics")
 	if err != nil {
@@ -372,7 +372,7 @@ func metricValue(t *testing.T, node *clustertest.Node, series string) float64 {
 }
 
 func TestMetricsMoveUnderWorkload(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	leader := c.Leader()
 	follower := c.Followers()[0]
 	series := []string{
@@ -402,7 +402,7 @@ func TestMetricsMoveUnderWorkload(t *testing.T) {
 		t.Errorf("leader's raftlock_is_leader = %v", v)
 	}
 	applied := float64(leader.Raft().AppliedIndex())
-	clustertest.WaitFor(t, 10*time.Second, "the follower's applied-index gauge to catch up", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the follower's applied-index gauge to catch up", func() bool {
 		return metricValue(t, follower, "raftlock_raft_applied_index") >= applied
 	})
 }
@@ -410,7 +410,7 @@ func TestMetricsMoveUnderWorkload(t *testing.T) {
 // A restarted node is not ready before it has applied what it held when it
 // went down: readiness must never expose state older than it served before.
 func TestRestartedNodeNotReadyBeforeCatchingUp(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	leader := c.Leader()
 	if status, body := acquire(t, leader, "ready/1", "w", leaseA, 60000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
@@ -419,7 +419,7 @@ func TestRestartedNodeNotReadyBeforeCatchingUp(t *testing.T) {
 	c.WaitApplied(leader.Raft().LastIndex())
 	node.Kill()
 	node.Restart()
-	clustertest.WaitFor(t, 15*time.Second, "the restarted node to be ready", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "the restarted node to be ready", func() bool {
 		if !node.Ready() {
 			return false
 		}

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
 // entryAt decodes the command at index in n's log.
-func entryAt(t *testing.T, n *clustertest.Node, index uint64) (fsm.Command, uint64) {
+func entryAt(t *testing.T, n *testenv.Node, index uint64) (fsm.Command, uint64) {
 	t.Helper()
 	l, err := raftnode.LogEntry(n.Node, index)
 	if err != nil {
@@ -33,9 +33,9 @@ func entryAt(t *testing.T, n *clustertest.Node, index uint64) (fsm.Command, uint
 func TestLeaderWritesFormat2AfterSurvey(t *testing.T) {
 	for _, size := range []int{1, 3} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			c := clustertest.Start(t, size)
+			c := testenv.Start(t, size)
 			leader := c.Leader()
-			clustertest.WaitFor(t, 15*time.Second, "the leader to write format 2", func() bool {
+			testenv.WaitFor(t, 15*time.Second, "the leader to write format 2", func() bool {
 				return leader.CommandVersion() == fsm.MaxCommandVersion
 			})
 			code, body := acquire(t, leader, "format/a", "o", "lease-format-aaaaaaa", 10_000)
@@ -75,7 +75,7 @@ func TestMemberOnFormat1HoldsLeaderOnFormat1(t *testing.T) {
 			// Every node's fetcher alters n3's answer and counts the
 			// answers it gave, per asking node.
 			var asked [4]atomic.Int32
-			c := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) {
+			c := testenv.Start(t, 3, testenv.Options{Configure: func(cfg *raftnode.Config) {
 				inner, self := cfg.FetchProgress, cfg.ID
 				cfg.FetchProgress = func(ctx context.Context, id, addr string) (raftnode.Progress, error) {
 					p, err := inner(ctx, id, addr)
@@ -90,7 +90,7 @@ func TestMemberOnFormat1HoldsLeaderOnFormat1(t *testing.T) {
 			if leader.ID == "n3" {
 				// n3 leading asks only n1 and n2, who read format 2;
 				// hand leadership to another node.
-				if err := leader.TransferLeadership(clustertest.Context(t, 10*time.Second), ""); err != nil {
+				if err := leader.TransferLeadership(testenv.Context(t, 10*time.Second), ""); err != nil {
 					t.Fatalf("transfer: %v", err)
 				}
 				leader = c.WaitForNewLeader(leader)
@@ -101,7 +101,7 @@ func TestMemberOnFormat1HoldsLeaderOnFormat1(t *testing.T) {
 			// switched, which the check below reports.)
 			n := &asked[leader.ID[1]-'0']
 			start := n.Load()
-			clustertest.WaitFor(t, 15*time.Second, "two surveys by the leader", func() bool {
+			testenv.WaitFor(t, 15*time.Second, "two surveys by the leader", func() bool {
 				return n.Load() >= start+2 || leader.CommandVersion() != 1
 			})
 			if leader.Raft().CurrentTerm() != term || !leader.IsLeader() {

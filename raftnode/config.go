@@ -34,7 +34,7 @@ type Config struct {
 	RaftTLS *tls.Config
 	// RaftDial, when set, opens the connections to peers' Raft ports in
 	// place of a TCP dial (TLS, with RaftTLS, runs over them). Tests cut
-	// links with it (internal/clustertest Partition).
+	// links with it (internal/testenv Partition).
 	RaftDial func(ctx context.Context, addr string) (net.Conn, error)
 	// Announce tells the node at target (the leader's HTTP address, or
 	// Join) this node's id and addresses: a join on a fresh data dir, else

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -17,7 +17,7 @@ import (
 // stays down and one restarted at once.
 func TestCrashedLeaderReplacedBeforeHeartbeatTimeout(t *testing.T) {
 	const heartbeat = 5 * time.Second
-	c := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) {
+	c := testenv.Start(t, 3, testenv.Options{Configure: func(cfg *raftnode.Config) {
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = heartbeat, heartbeat, 100*time.Millisecond
 	}})
 	for round := range 4 {
@@ -29,8 +29,8 @@ func TestCrashedLeaderReplacedBeforeHeartbeatTimeout(t *testing.T) {
 		} else {
 			old.Kill()
 		}
-		var next *clustertest.Node
-		clustertest.WaitFor(t, heartbeat, "a new leader before the heartbeat timeout", func() bool {
+		var next *testenv.Node
+		testenv.WaitFor(t, heartbeat, "a new leader before the heartbeat timeout", func() bool {
 			for _, n := range c.Nodes {
 				if n.Running() && n.IsLeader() {
 					next = n

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -40,8 +40,8 @@ func callAs(t *testing.T, token, url string, body any) (int, map[string]any) {
 // the holder's renew then not_holder, held during the lock-delay, and
 // another client granted after it with a larger token.
 func TestForceReleaseEndToEnd(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{Tokens: forceAdminToken + " admin ops\n" + forceRWToken + " read-write app\n"})
-	clustertest.WaitFor(t, 15*time.Second, "the leader to write command format 3", func() bool {
+	c := testenv.Start(t, 3, testenv.Options{Tokens: forceAdminToken + " admin ops\n" + forceRWToken + " read-write app\n"})
+	testenv.WaitFor(t, 15*time.Second, "the leader to write command format 3", func() bool {
 		return c.Leader().CommandVersion() >= 3
 	})
 	f := c.Followers()
@@ -77,7 +77,7 @@ func TestForceReleaseEndToEnd(t *testing.T) {
 		if ms, _ := body["retry_after_ms"].(float64); body["error"] != "held" || ms <= 0 || ms > 1000 {
 			t.Fatalf("acquire during the lock-delay: %d %v", st, body)
 		}
-		clustertest.WaitFor(t, 15*time.Second, "the lock-delay to end", func() bool {
+		testenv.WaitFor(t, 15*time.Second, "the lock-delay to end", func() bool {
 			st, body = callAs(t, forceRWToken, other+"/v1/locks/acquire", acq)
 			return st != http.StatusConflict
 		})
@@ -98,7 +98,7 @@ func TestForceReleaseEndToEnd(t *testing.T) {
 // leader writes format 2 and refuses a force release: 503
 // not_supported_yet, and the lock stays held.
 func TestForceReleaseRefusedBeforeEveryMemberReadsFormat3(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) {
+	c := testenv.Start(t, 3, testenv.Options{Configure: func(cfg *raftnode.Config) {
 		inner := cfg.FetchProgress
 		cfg.FetchProgress = func(ctx context.Context, id, addr string) (raftnode.Progress, error) {
 			p, err := inner(ctx, id, addr)
@@ -110,12 +110,12 @@ func TestForceReleaseRefusedBeforeEveryMemberReadsFormat3(t *testing.T) {
 	}})
 	leader := c.Leader()
 	if leader.ID == "n3" {
-		if err := leader.TransferLeadership(clustertest.Context(t, 10*time.Second), ""); err != nil {
+		if err := leader.TransferLeadership(testenv.Context(t, 10*time.Second), ""); err != nil {
 			t.Fatalf("transfer: %v", err)
 		}
 		leader = c.WaitForNewLeader(leader)
 	}
-	clustertest.WaitFor(t, 15*time.Second, "the leader to write format 2", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "the leader to write format 2", func() bool {
 		return leader.CommandVersion() == 2
 	})
 	if st, body := acquire(t, leader, "force/b", "o", leaseA, 60_000); st != http.StatusOK {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -15,12 +15,12 @@ import (
 // and, for at most notSupported of wall time, while the leader refuses
 // format 5: a leader that has not yet applied the earlier terms' entries
 // cannot know that the log holds format 5.
-func renewSession(t *testing.T, c *clustertest.Cluster, sid string, notSupported time.Duration) {
+func renewSession(t *testing.T, c *testenv.Cluster, sid string, notSupported time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var refusedSince time.Time
 	for {
-		r, err := c.Leader().Apply(clustertest.Context(t, 10*time.Second), fsm.Command{Op: fsm.OpSessionRenew, SessionID: sid})
+		r, err := c.Leader().Apply(testenv.Context(t, 10*time.Second), fsm.Command{Op: fsm.OpSessionRenew, SessionID: sid})
 		if errors.Is(err, raftnode.ErrNotSupportedYet) {
 			if refusedSince.IsZero() {
 				refusedSince = time.Now()

@@ -17,13 +17,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
-func applyLock(t *testing.T, leader *clustertest.Node, name string) fsm.Result {
+func applyLock(t *testing.T, leader *testenv.Node, name string) fsm.Result {
 	t.Helper()
-	ctx := clustertest.Context(t, 10*time.Second)
+	ctx := testenv.Context(t, 10*time.Second)
 	r, err := leader.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: name, Owner: "w", LeaseID: "lease-" + name, TTL: 600000})
 	if err != nil || r.Status != fsm.StatusOK {
 		t.Fatalf("acquire %s: %v %v", name, r.Status, err)
@@ -38,7 +38,7 @@ func applyLock(t *testing.T, leader *clustertest.Node, name string) fsm.Result {
 // process (this test binary, TestCorruptLogChild), since the node stops by
 // panicking on raft's FSM goroutine.
 func TestFollowerWithDamagedLogStops(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	leader := c.Leader()
 	var token uint64
 	for i := 0; i < 200; i++ {
@@ -76,7 +76,7 @@ func TestFollowerWithDamagedLogStops(t *testing.T) {
 		t.Fatal("lock name not found in the log store")
 	}
 
-	ctx := clustertest.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 60*time.Second)
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCorruptLogChild$", "-test.v")
 	cmd.Env = append(os.Environ(),
 		"RAFTLOCK_CHILD_ID="+follower.ID, "RAFTLOCK_CHILD_DIR="+follower.DataDir,
@@ -123,7 +123,7 @@ func TestCorruptLogChild(t *testing.T) {
 		t.Fatalf("start: %v", err)
 	}
 	defer n.Close()
-	clustertest.WaitFor(t, 30*time.Second, "the log to apply", func() bool { return n.AppliedThrough(last) })
+	testenv.WaitFor(t, 30*time.Second, "the log to apply", func() bool { return n.AppliedThrough(last) })
 	_, real := n.Machine().Get("LOCKNAME0150")
 	_, changed := n.Machine().Get("LOCKNAMEX150")
 	fmt.Printf("SERVED LOCKNAME0150 held=%v LOCKNAMEX150 held=%v\n", real, changed)
@@ -133,7 +133,7 @@ func TestCorruptLogChild(t *testing.T) {
 // the next state check; the others do not. It then serves no reads, and
 // when made leader it writes nothing and hands leadership away.
 func TestStateCheckFlagsTheAlteredReplica(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	leader := c.Leader()
 	for i := 0; i < 20; i++ {
 		applyLock(t, leader, "check/"+strconv.Itoa(i))
@@ -145,12 +145,12 @@ func TestStateCheckFlagsTheAlteredReplica(t *testing.T) {
 	clk := altered.Machine().Clock()
 	altered.Machine().ApplyCommand(clk.Index, clk.Term, fsm.Command{Op: fsm.OpSetNode, Stamp: clk.Stamp, NodeID: "ghost", NodeAddr: "nowhere"})
 
-	ctx := clustertest.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
 	index, err := leader.CheckState(ctx)
 	if err != nil {
 		t.Fatalf("check state: %v", err)
 	}
-	clustertest.WaitFor(t, 15*time.Second, "every node to compare its hash", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "every node to compare its hash", func() bool {
 		for _, n := range c.Nodes {
 			if at, bad := n.Diverged(); !bad && n.StateCheckedAt() < index || bad && at != index {
 				return false

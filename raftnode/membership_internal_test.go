@@ -3,14 +3,11 @@ package raftnode
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/raftlock/raftlock/fsm"
 )
 
@@ -44,32 +41,12 @@ func TestConcurrentLeavesKeepAQuorum(t *testing.T) {
 		}
 		return Progress{ID: id, Leader: st.Leader, Term: st.Term, LastIndex: st.LastIndex, CommandVersion: fsm.MaxCommandVersion}, nil
 	}
-	peers, lns := map[string]string{}, map[string]net.Listener{}
-	for i := 1; i <= 4; i++ {
-		id := fmt.Sprintf("n%d", i)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[id], peers[id] = ln, ln.Addr().String()
-	}
+	started, _ := startNodes(t, 4, Config{FetchProgress: fetch}, nil, nil)
 	var all []*Node
-	for id, ln := range lns {
-		cfg := Config{ID: id, DataDir: t.TempDir(), RaftAddr: ln.Addr().String(), Peers: peers, RaftListener: ln, FetchProgress: fetch}
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
-		cfg.Logger = hclog.NewNullLogger()
-		n, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for id, n := range started {
 		nodes.Store(id, n)
 		all = append(all, n)
 	}
-	t.Cleanup(func() {
-		for _, n := range all {
-			n.Close()
-		}
-	})
 	var leader *Node
 	waitUntil(t, "a leader", func() bool {
 		for _, n := range all {

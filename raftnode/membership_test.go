@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
@@ -74,12 +74,12 @@ type heldLock struct {
 // after each, that every lock is still held by its lease with its token.
 type membership struct {
 	t     *testing.T
-	c     *clustertest.Cluster
+	c     *testenv.Cluster
 	api   api
 	locks []heldLock
 }
 
-func (m *membership) acquire(via *clustertest.Node, i int) {
+func (m *membership) acquire(via *testenv.Node, i int) {
 	m.t.Helper()
 	l := heldLock{name: fmt.Sprintf("members/%d", i), lease: fmt.Sprintf("lease-%02d-0123456789abcdef", i)}
 	out := m.api.must("POST", via.URL()+"/v1/locks/acquire", map[string]any{"name": l.name, "owner": "w", "lease_id": l.lease, "ttl_ms": 120000})
@@ -103,7 +103,7 @@ func (m *membership) check(step string, want ...string) {
 			m.t.Fatalf("after %s: %s is %v, want held with token %d", step, l.name, out, l.token)
 		}
 	}
-	clustertest.WaitFor(m.t, 15*time.Second, "voters "+fmt.Sprint(want)+" after "+step, func() bool {
+	testenv.WaitFor(m.t, 15*time.Second, "voters "+fmt.Sprint(want)+" after "+step, func() bool {
 		_, out := m.api.call("GET", leader.URL()+"/v1/cluster", nil)
 		nodes, _ := out["nodes"].([]any)
 		if len(nodes) != len(want) {
@@ -128,7 +128,7 @@ func (m *membership) check(step string, want ...string) {
 	m.t.Logf("after %s: leader %s, voters %v, %d locks intact", step, leader.ID, want, len(m.locks))
 }
 
-func (m *membership) follower(not ...*clustertest.Node) *clustertest.Node {
+func (m *membership) follower(not ...*testenv.Node) *testenv.Node {
 	m.t.Helper()
 outer:
 	for _, f := range m.c.Followers() {
@@ -151,10 +151,10 @@ outer:
 func TestMembershipChangesKeepLocks(t *testing.T) {
 	for _, secured := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "tls+auth"}[secured], func(t *testing.T) {
-			var opts clustertest.Options
+			var opts testenv.Options
 			logs := &lockedBuffer{}
 			if secured {
-				opts = clustertest.Options{TLS: tlstest.NewCA(t, "raftlock test CA"), Tokens: testTokenFile,
+				opts = testenv.Options{TLS: tlstest.NewCA(t, "raftlock test CA"), Tokens: testTokenFile,
 					Configure: func(cfg *raftnode.Config) {
 						// Every node's logs, at the most verbose level, also go
 						// to logs, to check that no token is ever in them.
@@ -162,7 +162,7 @@ func TestMembershipChangesKeepLocks(t *testing.T) {
 							Output: &teeWriter{logs, cfg.Logger.StandardWriter(&hclog.StandardLoggerOptions{})}})
 					}}
 			}
-			c := clustertest.Start(t, 3, opts)
+			c := testenv.Start(t, 3, opts)
 			m := &membership{t: t, c: c, api: api{t: t, hc: c.HTTPClient()}}
 			if secured {
 				m.api.token = testAdminToken
@@ -211,7 +211,7 @@ func TestMembershipChangesKeepLocks(t *testing.T) {
 					replaced = append(replaced, id)
 				}
 			}
-			clustertest.WaitFor(t, 15*time.Second, "n6 to catch up", func() bool {
+			testenv.WaitFor(t, 15*time.Second, "n6 to catch up", func() bool {
 				return n6.Raft().AppliedIndex() >= c.Leader().Raft().CommitIndex()
 			})
 			m.api.must("POST", n6.URL()+"/v1/cluster/leave", map[string]any{"id": dead.ID})
@@ -290,7 +290,7 @@ func (w *teeWriter) Write(p []byte) (int, error) {
 // the field, through a follower too, and change nothing. The old code took
 // "not-an-address" and made it a voter at once.
 func TestJoinRejectsMalformedMembers(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	a := api{t: t, hc: c.HTTPClient()}
 	follower := c.Followers()[0]
 	for _, tc := range []struct {
@@ -305,7 +305,7 @@ func TestJoinRejectsMalformedMembers(t *testing.T) {
 		{map[string]any{"id": "bad id", "raft_addr": "127.0.0.1:9000"}, "id"},
 		{map[string]any{"id": "bad1", "raft_addr": "127.0.0.1:9000", "http_addr": "nope"}, "http_addr"},
 	} {
-		for _, via := range []*clustertest.Node{c.Leader(), follower} {
+		for _, via := range []*testenv.Node{c.Leader(), follower} {
 			status, out := a.call("POST", via.URL()+"/v1/cluster/join", tc.body)
 			if msg, _ := out["message"].(string); status != http.StatusBadRequest || !strings.HasPrefix(msg, tc.field+":") {
 				t.Errorf("join %v via %s: %d %v, want 400 naming %s", tc.body, via.ID, status, out, tc.field)
@@ -323,14 +323,14 @@ func TestJoinRejectsMalformedMembers(t *testing.T) {
 
 // deadAddr returns a loopback address where nothing listens.
 func deadAddr(t *testing.T) string {
-	ln := clustertest.Listen(t)
+	ln := testenv.Listen(t)
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
 }
 
 // members returns the voters and the non-voters in node's GET /v1/cluster.
-func (a api) members(node *clustertest.Node) (voters, nonvoters []string) {
+func (a api) members(node *testenv.Node) (voters, nonvoters []string) {
 	a.t.Helper()
 	out := a.must("GET", node.URL()+"/v1/cluster", nil)
 	nodes, _ := out["nodes"].([]any)
@@ -354,7 +354,7 @@ func (a api) members(node *clustertest.Node) (voters, nonvoters []string) {
 // code the ghosts became voters at once: 6 voters, 3 alive, no leader ever
 // again.
 func TestBogusJoinsDoNotWedgeTheCluster(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	a := api{t: t, hc: c.HTTPClient()}
 	follower := c.Followers()[0]
 	a.must("POST", c.Leader().URL()+"/v1/cluster/join", map[string]any{"id": "ghost1", "raft_addr": deadAddr(t)})
@@ -364,7 +364,7 @@ func TestBogusJoinsDoNotWedgeTheCluster(t *testing.T) {
 	// come first in the configuration) included, so once n4 is promoted the
 	// ghosts have been turned down at least once.
 	n4 := c.AddNode(follower.URL())
-	clustertest.WaitFor(t, 15*time.Second, "n4 to become a voter", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "n4 to become a voter", func() bool {
 		v, _ := a.members(c.Leader())
 		return slices.Contains(v, n4.ID)
 	})
@@ -373,7 +373,7 @@ func TestBogusJoinsDoNotWedgeTheCluster(t *testing.T) {
 	}
 
 	// A real follower dies: three of the four voters still elect and commit.
-	var victim *clustertest.Node
+	var victim *testenv.Node
 	for _, f := range c.Followers() {
 		if f != n4 {
 			victim = f
@@ -396,11 +396,11 @@ func TestBogusJoinsDoNotWedgeTheCluster(t *testing.T) {
 // with 409 unsafe_change, through a follower too, and changes nothing; the
 // dead voter itself may go.
 func TestLeaveRefusesUnsafeChange(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	a := api{t: t, hc: c.HTTPClient()}
 	// The leader asks members for their progress at their HTTP addresses,
 	// which followers announce just after the start.
-	clustertest.WaitFor(t, 15*time.Second, "every node's HTTP address", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "every node's HTTP address", func() bool {
 		_, out := a.call("GET", c.Leader().URL()+"/v1/cluster", nil)
 		nodes, _ := out["nodes"].([]any)
 		for _, n := range nodes {
@@ -414,7 +414,7 @@ func TestLeaveRefusesUnsafeChange(t *testing.T) {
 	dead, live := fs[0], fs[1]
 	dead.Kill()
 	leader := c.Leader()
-	for _, via := range []*clustertest.Node{leader, live} {
+	for _, via := range []*testenv.Node{leader, live} {
 		status, out := a.call("POST", via.URL()+"/v1/cluster/leave", map[string]any{"id": live.ID})
 		if status != http.StatusConflict || out["error"] != "unsafe_change" {
 			t.Fatalf("leave of %s (with %s dead) via %s: %d %v, want 409 unsafe_change", live.ID, dead.ID, via.ID, status, out)

@@ -5,35 +5,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
 )
 
-// startSingle runs a one-node cluster for tests of the node's own logic.
+// startSingle runs a one-node cluster for tests of the node's own logic and
+// waits until it leads.
 func startSingle(t *testing.T, cfg Config) *Node {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ID, cfg.DataDir, cfg.RaftListener = "solo", t.TempDir(), ln
-	cfg.RaftAddr = ln.Addr().String()
-	cfg.Peers = map[string]string{"solo": cfg.RaftAddr}
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
-	if cfg.Logger == nil {
-		cfg.Logger = hclog.NewNullLogger()
-	}
-	n, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
+	nodes, _ := startNodes(t, 1, cfg, nil, nil)
+	n := nodes["n1"]
 	deadline := time.Now().Add(10 * time.Second)
 	for n.readyTerm.Load() == 0 || n.readyTerm.Load() != n.raft.CurrentTerm() {
 		if time.Now().After(deadline) {

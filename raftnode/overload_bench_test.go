@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -29,7 +29,7 @@ func BenchmarkOverload(b *testing.B) {
 
 func benchOverload(b *testing.B, bound int) {
 	const clients, backoff = 320, 50 * time.Millisecond
-	c := clustertest.Start(b, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) { cfg.MaxPendingApplies = bound }})
+	c := testenv.Start(b, 3, testenv.Options{Configure: func(cfg *raftnode.Config) { cfg.MaxPendingApplies = bound }})
 	url := c.Leader().URL()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: clients, MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
 	var accepted, shed latencies

@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // A leader cut off from the majority cannot renew a lease: a renew sent to
@@ -13,7 +13,7 @@ import (
 // and once the partition heals every node holds the same state (the
 // minority's uncommitted renew left no trace).
 func TestPartitionedLeaderCannotRenew(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	old := c.Leader()
 	status, body := acquire(t, old, "part/1", "worker-a", leaseA, 60000)
 	if status != 200 {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
 	"github.com/raftlock/raftlock/internal/nodeapi"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -26,7 +26,7 @@ import (
 // restore should be refused (or the format rule keep refusing sessions) while a
 // member reads less than the backup needs.
 func TestRestoreDoesNotBypassTheFormatRule(t *testing.T) {
-	old := clustertest.Options{Configure: func(cfg *raftnode.Config) {
+	old := testenv.Options{Configure: func(cfg *raftnode.Config) {
 		fetch := cfg.FetchProgress
 		cfg.FetchProgress = func(ctx context.Context, id, addr string) (nodeapi.Progress, error) {
 			p, err := fetch(ctx, id, addr)
@@ -36,9 +36,9 @@ func TestRestoreDoesNotBypassTheFormatRule(t *testing.T) {
 			return p, err
 		}
 	}}
-	a := clustertest.Start(t, 3, old)
-	b := clustertest.Start(t, 1)
-	ctx := clustertest.Context(t, 20*time.Second)
+	a := testenv.Start(t, 3, old)
+	b := testenv.Start(t, 1)
+	ctx := testenv.Context(t, 20*time.Second)
 	sid := "session-restored-0123456789abcdef"
 	if r, err := b.Leader().Apply(ctx, fsm.Command{Op: fsm.OpSessionCreate, SessionID: sid, Owner: "w", TTL: 60_000}); err != nil || r.Status != fsm.StatusOK {
 		t.Fatalf("session on b: %+v %v", r, err)

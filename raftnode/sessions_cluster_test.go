@@ -8,18 +8,18 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
 // startFormat5 starts three nodes on a shared manual clock and waits until
 // the leader writes command format 5.
-func startFormat5(t *testing.T) (*clustertest.Cluster, *clustertest.ManualClock) {
+func startFormat5(t *testing.T) (*testenv.Cluster, *testenv.ManualClock) {
 	t.Helper()
-	clock := &clustertest.ManualClock{}
-	c := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
+	clock := &testenv.ManualClock{}
+	c := testenv.Start(t, 3, testenv.Options{Clock: clock})
 	t.Cleanup(c.Close)
-	clustertest.WaitFor(t, 15*time.Second, "the leader to write command format 5", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "the leader to write command format 5", func() bool {
 		return c.Leader().CommandVersion() == fsm.MaxCommandVersion
 	})
 	return c, clock
@@ -28,11 +28,11 @@ func startFormat5(t *testing.T) (*clustertest.Cluster, *clustertest.ManualClock)
 // mustApply applies cmd on the leader, retrying as a client would (the
 // same ids: every command here is idempotent or checked for it) when
 // leadership moves under load, and wants status want.
-func mustApply(t *testing.T, c *clustertest.Cluster, cmd fsm.Command, want fsm.Status) fsm.Result {
+func mustApply(t *testing.T, c *testenv.Cluster, cmd fsm.Command, want fsm.Status) fsm.Result {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r, err := c.Leader().Apply(clustertest.Context(t, 10*time.Second), cmd)
+		r, err := c.Leader().Apply(testenv.Context(t, 10*time.Second), cmd)
 		retry := errors.Is(err, raftnode.ErrIndeterminate) || errors.Is(err, raftnode.ErrNotLeader) ||
 			errors.Is(err, raftnode.ErrNoLeader) || errors.Is(err, raftnode.ErrNotSupportedYet)
 		if retry && time.Now().Before(deadline) {
@@ -54,7 +54,7 @@ func sessionLock(i int) string { return fmt.Sprintf("session/lock-%03d", i) }
 // close frees a session's locks at once.
 func TestSessionHolds200LocksOnOneKeepalive(t *testing.T) {
 	c, clock := startFormat5(t)
-	if r, err := c.Leader().Apply(clustertest.Context(t, 10*time.Second), fsm.Command{Op: fsm.OpSessionCreate, Owner: "anon", TTL: 2000}); err == nil && r.Session.ID == "" {
+	if r, err := c.Leader().Apply(testenv.Context(t, 10*time.Second), fsm.Command{Op: fsm.OpSessionCreate, Owner: "anon", TTL: 2000}); err == nil && r.Session.ID == "" {
 		t.Fatal("the leader made no session id")
 	}
 	sid := "session-one-0123456789abcdef"
@@ -80,7 +80,7 @@ func TestSessionHolds200LocksOnOneKeepalive(t *testing.T) {
 	}
 	clock.Advance(time.Millisecond)
 	leader := c.Leader()
-	clustertest.WaitFor(t, 10*time.Second, "the session's locks to end", func() bool { return leader.Machine().HeldCount() == 0 })
+	testenv.WaitFor(t, 10*time.Second, "the session's locks to end", func() bool { return leader.Machine().HeldCount() == 0 })
 	ended := leader.Machine().Index(sessionLock(0))
 	for i := 0; i < 200; i++ {
 		if idx := leader.Machine().Index(sessionLock(i)); idx != ended {
@@ -122,8 +122,8 @@ func TestSessionSurvivesLeaderKill(t *testing.T) {
 	// A linearizable read: the new leader has applied every committed entry.
 	var s fsm.Session
 	var ok bool
-	clustertest.WaitFor(t, 15*time.Second, "a linearizable read on the new leader", func() bool {
-		r, err := leader.Read(clustertest.Context(t, 5*time.Second), false)
+	testenv.WaitFor(t, 15*time.Second, "a linearizable read on the new leader", func() bool {
+		r, err := leader.Read(testenv.Context(t, 5*time.Second), false)
 		if err == nil {
 			s, ok = r.Session(sid)
 		}
@@ -140,7 +140,7 @@ func TestSessionSurvivesLeaderKill(t *testing.T) {
 	// The new leader writes format 5 only once it has heard every member
 	// (cmdversion.go): bring the old one back.
 	old.Restart()
-	clustertest.WaitFor(t, 15*time.Second, "the new leader to write format 5", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "the new leader to write format 5", func() bool {
 		return c.Leader().CommandVersion() == fsm.MaxCommandVersion
 	})
 	mustApply(t, c, fsm.Command{Op: fsm.OpSessionRenew, SessionID: sid}, fsm.StatusOK)
@@ -157,7 +157,7 @@ type acquired struct {
 
 // parkAcquire starts an acquire that waits and returns once the leader
 // has parked it (its waiter count rose).
-func parkAcquire(t *testing.T, c *clustertest.Cluster, ctx context.Context, cmd fsm.Command) <-chan acquired {
+func parkAcquire(t *testing.T, c *testenv.Cluster, ctx context.Context, cmd fsm.Command) <-chan acquired {
 	t.Helper()
 	leader := c.Leader()
 	before := leader.Waiters()
@@ -166,7 +166,7 @@ func parkAcquire(t *testing.T, c *clustertest.Cluster, ctx context.Context, cmd 
 		r, err := leader.Acquire(ctx, cmd, 20*time.Second)
 		out <- acquired{r, err}
 	}()
-	clustertest.WaitFor(t, 10*time.Second, "the acquire to park", func() bool { return leader.Waiters() == before+1 })
+	testenv.WaitFor(t, 10*time.Second, "the acquire to park", func() bool { return leader.Waiters() == before+1 })
 	return out
 }
 
@@ -202,7 +202,7 @@ func semCmd(lease string) fsm.Command {
 // acquire that does not wait does not jump them.
 func TestSemaphoreWaitersFIFO(t *testing.T) {
 	c, _ := startFormat5(t)
-	ctx := clustertest.Context(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	sid := "session-holders-0123456789abcdef"
 	mustApply(t, c, fsm.Command{Op: fsm.OpSessionCreate, SessionID: sid, Owner: "holders", TTL: 60_000}, fsm.StatusOK)
 	for _, h := range []string{"h1", "h2"} {
@@ -245,7 +245,7 @@ func sharedCmd(lease string, mode fsm.Mode) fsm.Command {
 // granted one at a time: when the writer leaves they are granted as a run.
 func TestSharedReadersThenWriter(t *testing.T) {
 	c, _ := startFormat5(t)
-	ctx := clustertest.Context(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	r1 := mustApply(t, c, sharedCmd("r1", fsm.ModeShared), fsm.StatusOK).Lock
 	r2 := mustApply(t, c, sharedCmd("r2", fsm.ModeShared), fsm.StatusOK).Lock
 	if held := mustApply(t, c, sharedCmd("w", fsm.ModeExclusive), fsm.StatusHeld); len(held.Holders) != 2 {

@@ -326,39 +326,13 @@ func (w *pairLinks) mend(a string, others ...string) {
 func startPairLinked(t *testing.T, size int, base Config) (map[string]*Node, map[string]Config, *pairLinks) {
 	t.Helper()
 	w := &pairLinks{ids: map[string]string{}, cut: map[[2]string]bool{}, conns: map[[2]string][]net.Conn{}}
-	nodes, cfgs := map[string]*Node{}, map[string]Config{}
-	peers := map[string]string{}
-	lns := map[string]net.Listener{}
-	for i := 1; i <= size; i++ {
-		id := fmt.Sprintf("n%d", i)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[id], peers[id] = ln, ln.Addr().String()
-		w.ids[ln.Addr().String()] = id
+	if base.HeartbeatTimeout == 0 {
+		base.HeartbeatTimeout, base.ElectionTimeout, base.LeaderLeaseTimeout = 1500*time.Millisecond, 1500*time.Millisecond, 1500*time.Millisecond
 	}
-	for id, ln := range lns {
-		cfg := base
-		cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers = id, t.TempDir(), ln.Addr().String(), peers
-		if cfg.HeartbeatTimeout == 0 {
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 1500*time.Millisecond, 1500*time.Millisecond, 1500*time.Millisecond
-		}
-		cfg.Logger = hclog.NewNullLogger()
-		cfg.RaftDial = w.dialer(id)
-		cfgs[id] = cfg
-		cfg.RaftListener = ln
-		n, err := New(cfg)
-		if err != nil {
-			t.Fatalf("start %s: %v", id, err)
-		}
-		nodes[id] = n
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-	})
+	base.Logger = hclog.NewNullLogger()
+	nodes, cfgs := startNodes(t, size, base,
+		func(id, addr string) { w.ids[addr] = id },
+		func(id string, cfg *Config) { cfg.RaftDial = w.dialer(id) })
 	return nodes, cfgs, w
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // BenchmarkDrainQueue compares 1,000 clients taking one lock in turn by
@@ -33,7 +33,7 @@ func BenchmarkDrainQueue(b *testing.B) {
 
 func drainQueue(b *testing.B, wait bool) {
 	const clients = 1000
-	c := clustertest.Start(b, 3)
+	c := testenv.Start(b, 3)
 	leader := c.Leader()
 	url := leader.URL()
 	httpc := &http.Client{Transport: &http.Transport{MaxIdleConns: clients + 1, MaxIdleConnsPerHost: clients + 1}}
@@ -81,7 +81,7 @@ func drainQueue(b *testing.B, wait bool) {
 	}
 	started.Wait()
 	if wait {
-		clustertest.WaitFor(b, 60*time.Second, "all waiters parked", func() bool { return leader.Waiters() == clients })
+		testenv.WaitFor(b, 60*time.Second, "all waiters parked", func() bool { return leader.Waiters() == clients })
 	}
 	cpu0 := cpuTime()
 	t0 := time.Now()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 	"go.uber.org/goleak"
 )
@@ -46,7 +46,7 @@ func leaseOf(i int) string { return fmt.Sprintf("waiter-%02d-0123456789abcdef", 
 
 // checkNoLeaks fails the test if goroutines started during it outlive the
 // cluster (parked waiters, timers, dispatchers).
-func checkNoLeaks(t *testing.T, c *clustertest.Cluster) {
+func checkNoLeaks(t *testing.T, c *testenv.Cluster) {
 	opts := goleak.IgnoreCurrent()
 	t.Cleanup(func() {
 		c.Close()
@@ -58,7 +58,7 @@ func checkNoLeaks(t *testing.T, c *clustertest.Cluster) {
 }
 
 func TestWaitersGrantedInArrivalOrder(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	checkNoLeaks(t, c)
 	leader := c.Leader()
 	follower := c.Followers()[0]
@@ -76,7 +76,7 @@ func TestWaitersGrantedInArrivalOrder(t *testing.T) {
 			via = follower // waiters that reach a follower wait on the forwarded request
 		}
 		answers[i] = acquireWaiting(context.Background(), via.URL(), "fifo", leaseOf(i), 30000)
-		clustertest.WaitFor(t, 5*time.Second, fmt.Sprintf("waiter %d to park", i), func() bool { return leader.Waiters() == i+1 })
+		testenv.WaitFor(t, 5*time.Second, fmt.Sprintf("waiter %d to park", i), func() bool { return leader.Waiters() == i+1 })
 	}
 	release := func(lease string) {
 		t.Helper()
@@ -107,23 +107,23 @@ func TestWaitersGrantedInArrivalOrder(t *testing.T) {
 }
 
 func TestCancelledWaiterIsSkipped(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	checkNoLeaks(t, c)
 	leader := c.Leader()
 	if status, body := acquire(t, leader, "skip", "holder", leaseA, 60000); status != 200 {
 		t.Fatalf("acquire: %d %v", status, body)
 	}
 	first := acquireWaiting(context.Background(), leader.URL(), "skip", leaseOf(1), 30000)
-	clustertest.WaitFor(t, 5*time.Second, "first waiter", func() bool { return leader.Waiters() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "first waiter", func() bool { return leader.Waiters() == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := acquireWaiting(ctx, leader.URL(), "skip", leaseOf(2), 30000)
-	clustertest.WaitFor(t, 5*time.Second, "second waiter", func() bool { return leader.Waiters() == 2 })
+	testenv.WaitFor(t, 5*time.Second, "second waiter", func() bool { return leader.Waiters() == 2 })
 	third := acquireWaiting(context.Background(), leader.URL(), "skip", leaseOf(3), 30000)
-	clustertest.WaitFor(t, 5*time.Second, "third waiter", func() bool { return leader.Waiters() == 3 })
+	testenv.WaitFor(t, 5*time.Second, "third waiter", func() bool { return leader.Waiters() == 3 })
 
 	cancel()
 	<-gone
-	clustertest.WaitFor(t, 5*time.Second, "the cancelled waiter to leave", func() bool { return leader.Waiters() == 2 })
+	testenv.WaitFor(t, 5*time.Second, "the cancelled waiter to leave", func() bool { return leader.Waiters() == 2 })
 
 	call(t, "POST", leader.URL()+"/v1/locks/release", map[string]any{"name": "skip", "lease_id": leaseA})
 	if r := <-first; r.status != 200 || r.body["lease_id"] != leaseOf(1) {
@@ -136,7 +136,7 @@ func TestCancelledWaiterIsSkipped(t *testing.T) {
 }
 
 func TestWaitRunsOutWithHeld(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	checkNoLeaks(t, c)
 	leader := c.Leader()
 	if status, body := acquire(t, leader, "busy", "holder", leaseA, 60000); status != 200 {
@@ -152,7 +152,7 @@ func TestWaitRunsOutWithHeld(t *testing.T) {
 	}
 	// A waiter never jumps: with someone parked, an acquire that does not wait is refused.
 	parked := acquireWaiting(context.Background(), leader.URL(), "busy", leaseOf(2), 30000)
-	clustertest.WaitFor(t, 5*time.Second, "a parked waiter", func() bool { return leader.Waiters() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "a parked waiter", func() bool { return leader.Waiters() == 1 })
 	call(t, "POST", leader.URL()+"/v1/locks/release", map[string]any{"name": "busy", "lease_id": leaseA})
 	if r := <-parked; r.status != 200 {
 		t.Fatalf("parked waiter: %+v", r)
@@ -160,7 +160,7 @@ func TestWaitRunsOutWithHeld(t *testing.T) {
 }
 
 func TestWaiterCapAnswersOverloaded(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) { cfg.MaxWaitersPerLock = 2 }})
+	c := testenv.Start(t, 3, testenv.Options{Configure: func(cfg *raftnode.Config) { cfg.MaxWaitersPerLock = 2 }})
 	checkNoLeaks(t, c)
 	leader := c.Leader()
 	acquire(t, leader, "capped", "holder", leaseA, 60000)
@@ -168,7 +168,7 @@ func TestWaiterCapAnswersOverloaded(t *testing.T) {
 	defer cancel()
 	w1 := acquireWaiting(ctx, leader.URL(), "capped", leaseOf(1), 30000)
 	w2 := acquireWaiting(ctx, leader.URL(), "capped", leaseOf(2), 30000)
-	clustertest.WaitFor(t, 5*time.Second, "two waiters", func() bool { return leader.Waiters() == 2 })
+	testenv.WaitFor(t, 5*time.Second, "two waiters", func() bool { return leader.Waiters() == 2 })
 	r := <-acquireWaiting(ctx, leader.URL(), "capped", leaseOf(3), 30000)
 	if r.status != 429 || r.body["error"] != "overloaded" {
 		t.Fatalf("third waiter over the cap: %+v", r)
@@ -176,15 +176,15 @@ func TestWaiterCapAnswersOverloaded(t *testing.T) {
 	cancel()
 	<-w1
 	<-w2
-	clustertest.WaitFor(t, 5*time.Second, "waiters to leave", func() bool { return leader.Waiters() == 0 })
+	testenv.WaitFor(t, 5*time.Second, "waiters to leave", func() bool { return leader.Waiters() == 0 })
 }
 
 func TestLeaderChangeFailsParkedWaiters(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	old := c.Leader()
 	acquire(t, old, "moving", "holder", leaseA, 60000)
 	w := acquireWaiting(context.Background(), old.URL(), "moving", leaseOf(1), 30000)
-	clustertest.WaitFor(t, 5*time.Second, "a parked waiter", func() bool { return old.Waiters() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "a parked waiter", func() bool { return old.Waiters() == 1 })
 	if status, body := call(t, "POST", old.URL()+"/v1/cluster/transfer-leadership", map[string]any{}); status != 200 {
 		t.Fatalf("transfer: %d %v", status, body)
 	}
@@ -195,7 +195,7 @@ func TestLeaderChangeFailsParkedWaiters(t *testing.T) {
 	// The client re-enters the wait on the new leader with the same lease id.
 	leader := c.WaitForNewLeader(old)
 	again := acquireWaiting(context.Background(), leader.URL(), "moving", leaseOf(1), 30000)
-	clustertest.WaitFor(t, 5*time.Second, "the waiter to park again", func() bool { return leader.Waiters() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "the waiter to park again", func() bool { return leader.Waiters() == 1 })
 	call(t, "POST", leader.URL()+"/v1/locks/release", map[string]any{"name": "moving", "lease_id": leaseA})
 	if r := <-again; r.status != 200 || r.body["lease_id"] != leaseOf(1) {
 		t.Fatalf("re-entered waiter: %+v", r)
@@ -203,8 +203,8 @@ func TestLeaderChangeFailsParkedWaiters(t *testing.T) {
 }
 
 func TestLockDelayAfterExpiryNotAfterRelease(t *testing.T) {
-	clock := &clustertest.ManualClock{}
-	c := clustertest.Start(t, 3, clustertest.Options{Clock: clock})
+	clock := &testenv.ManualClock{}
+	c := testenv.Start(t, 3, testenv.Options{Clock: clock})
 	leader := c.Leader()
 	withDelay := func(name, lease string) {
 		t.Helper()

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -34,7 +34,7 @@ func BenchmarkWatchers1000(b *testing.B) {
 }
 
 func benchWatchers(b *testing.B, watchers int, query string) {
-	c := clustertest.Start(b, 3)
+	c := testenv.Start(b, 3)
 	leader := c.Leader()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: watchers, MaxIdleConns: 2 * watchers}}
 	post := func(path, body string) {
@@ -80,7 +80,7 @@ func benchWatchers(b *testing.B, watchers int, query string) {
 				}
 			}()
 		}
-		clustertest.WaitFor(b, time.Minute, "every watcher to park", func() bool {
+		testenv.WaitFor(b, time.Minute, "every watcher to park", func() bool {
 			sum := 0
 			for _, n := range c.Nodes {
 				sum += raftnode.ParkedWatches(n.Node)
@@ -120,7 +120,7 @@ func processCPU() time.Duration {
 
 // leaderLockGets is how many GET /v1/locks/{name} requests n has answered
 // (its own and forwarded ones), from its /metrics.
-func leaderLockGets(b *testing.B, n *clustertest.Node) float64 {
+func leaderLockGets(b *testing.B, n *testenv.Node) float64 {
 	resp, err := http.Get(n.URL() + "/metrics")
 	if err != nil {
 		b.Fatalf("metrics: %v", err)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	rlapi "github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -63,14 +63,14 @@ func answered(t *testing.T, ch <-chan watchAnswer, what string) watchAnswer {
 }
 
 // parked waits until n has at least k blocking reads parked.
-func parked(t *testing.T, n *clustertest.Node, k int) {
+func parked(t *testing.T, n *testenv.Node, k int) {
 	t.Helper()
-	clustertest.WaitFor(t, watchDeadline, fmt.Sprintf("%d reads to park on %s", k, n.ID), func() bool {
+	testenv.WaitFor(t, watchDeadline, fmt.Sprintf("%d reads to park on %s", k, n.ID), func() bool {
 		return raftnode.ParkedWatches(n.Node) >= k
 	})
 }
 
-func lockURL(n *clustertest.Node, name string, index uint64, query string) string {
+func lockURL(n *testenv.Node, name string, index uint64, query string) string {
 	return fmt.Sprintf("%s/v1/locks/%s?index=%d&wait_ms=300000%s", n.URL(), name, index, query)
 }
 
@@ -80,7 +80,7 @@ func lockURL(n *clustertest.Node, name string, index uint64, query string) strin
 // with an older index answers at once, one with the current index after its
 // wait with the same state.
 func TestBlockingReadsOnFollowers(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	f := c.Followers()
 	staleCh := watch(lockURL(f[0], "w/a", 0, "&stale=true"))
 	linCh := watch(lockURL(f[1], "w/a", 0, ""))
@@ -117,7 +117,7 @@ func TestBlockingReadsOnFollowers(t *testing.T) {
 // A prefix watch answers when a lock under it changes, not before, with
 // the highest index under the prefix.
 func TestPrefixBlockingRead(t *testing.T) {
-	c := clustertest.Start(t, 3)
+	c := testenv.Start(t, 3)
 	f := c.Followers()[0]
 	ch := watch(f.URL() + "/v1/locks?prefix=jobs/&index=0&wait_ms=300000&stale=true")
 	parked(t, f, 1)
@@ -140,8 +140,8 @@ func TestPrefixBlockingRead(t *testing.T) {
 // → held by another lease after the leader is killed, each with a higher
 // index.
 func TestWatchAcrossLeaderKill(t *testing.T) {
-	c := clustertest.Start(t, 3)
-	clustertest.WaitFor(t, watchDeadline, "the leader to write command format 4", func() bool {
+	c := testenv.Start(t, 3)
+	testenv.WaitFor(t, watchDeadline, "the leader to write command format 4", func() bool {
 		return c.Leader().CommandVersion() >= 4
 	})
 	watcher := c.Followers()[0]
@@ -203,7 +203,7 @@ func TestWatchAcrossLeaderKill(t *testing.T) {
 	b = next("grant after a leader kill", func() {
 		old.Kill()
 		nl := c.WaitForNewLeader(old)
-		clustertest.WaitFor(t, watchDeadline, "the new leader to grant", func() bool {
+		testenv.WaitFor(t, watchDeadline, "the new leader to grant", func() bool {
 			st, _ := acquire(t, nl, "walk/a", "second", leaseB, 60_000)
 			return st == http.StatusOK
 		})
@@ -216,7 +216,7 @@ func TestWatchAcrossLeaderKill(t *testing.T) {
 // While one member reads only command format 3, the leader refuses values
 // and updates (503 not_supported_yet) before writing anything.
 func TestValueRefusedBeforeEveryMemberReadsFormat4(t *testing.T) {
-	c := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) {
+	c := testenv.Start(t, 3, testenv.Options{Configure: func(cfg *raftnode.Config) {
 		inner := cfg.FetchProgress
 		cfg.FetchProgress = func(ctx context.Context, id, addr string) (raftnode.Progress, error) {
 			p, err := inner(ctx, id, addr)
@@ -228,12 +228,12 @@ func TestValueRefusedBeforeEveryMemberReadsFormat4(t *testing.T) {
 	}})
 	leader := c.Leader()
 	if leader.ID == "n3" {
-		if err := leader.TransferLeadership(clustertest.Context(t, 10*time.Second), ""); err != nil {
+		if err := leader.TransferLeadership(testenv.Context(t, 10*time.Second), ""); err != nil {
 			t.Fatalf("transfer: %v", err)
 		}
 		leader = c.WaitForNewLeader(leader)
 	}
-	clustertest.WaitFor(t, watchDeadline, "the leader to write format 3", func() bool {
+	testenv.WaitFor(t, watchDeadline, "the leader to write format 3", func() bool {
 		return leader.CommandVersion() == 3
 	})
 	st, body := call(t, "POST", c.Nodes[2].URL()+"/v1/locks/acquire", map[string]any{"name": "v/a", "lease_id": leaseA, "ttl_ms": 60_000, "value": "x"})

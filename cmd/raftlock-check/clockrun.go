@@ -8,7 +8,7 @@ import (
 
 	"github.com/raftlock/raftlock/cmd/raftlock-check/faults"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 // setupClocks (--clock-faults) gives each node a clock rate within the

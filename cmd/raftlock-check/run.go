@@ -25,7 +25,7 @@ import (
 	"github.com/raftlock/raftlock/cmd/raftlock-check/proxy"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/register"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/workload"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 // config is what the run flags say.

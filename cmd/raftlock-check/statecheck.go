@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 // stateCheck is what property (g) saw: the leader's state check at the end

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // TestCLIBench runs bench for about a second per row against a real
 // three-node cluster and checks the shape of its report and that it saw no
 // safety slip. Throughput is not asserted: it depends on the machine.
 func TestCLIBench(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	eps := strings.Join(cl.Endpoints(), ",")
 	table := regexp.MustCompile(`(?s)^4 workers, \d+ locks \((un)?contended\), ttl 5s, [0-9.]+m?s, via .+\n` +
 		`cycles: [1-9]\d*, [0-9.]+ cycles/s\n\n` +

@@ -19,7 +19,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/client"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // syncBuffer is a bytes.Buffer safe to write from a command's goroutines
@@ -119,7 +119,7 @@ func endpointsEnv(eps []string) env { return env{"RAFTLOCK_ENDPOINTS=" + strings
 // TestCLILocks walks a lock through its life on a real three-node cluster:
 // acquire, held, renew, list, release, not holder, in text and JSON.
 func TestCLILocks(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	base := endpointsEnv(cl.Endpoints())
 	leaderURL := cl.Leader().URL()
 
@@ -368,7 +368,7 @@ func TestCLIHelp(t *testing.T) {
 // TestCLICluster: membership, leadership transfer, health, and a request
 // the server refuses as bad_request, on a real three-node cluster.
 func TestCLICluster(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	all := strings.Join(cl.Endpoints(), ",")
 	base := endpointsEnv(cl.Endpoints())
 	old := cl.Leader()
@@ -427,7 +427,7 @@ func members(t *testing.T, r result) (n int, leader string) {
 // eventually runs a command line until ok holds for its result.
 func eventually(t *testing.T, environ env, what string, ok func(result) bool, args ...string) {
 	t.Helper()
-	clustertest.WaitFor(t, 15*time.Second, what, func() bool {
+	testenv.WaitFor(t, 15*time.Second, what, func() bool {
 		var stdout, stderr syncBuffer
 		code := run(args, &stdout, &stderr, environ)
 		return ok(result{code, stdout.String(), stderr.String()})
@@ -438,7 +438,7 @@ func eventually(t *testing.T, environ env, what string, ok func(result) bool, ar
 // --timeout with exit 5 (6 for a write cut off in flight), and the survivor
 // is not healthy.
 func TestCLINoLeader(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	leader := cl.Leader()
 	follower := cl.Followers()
 	survivor := follower[1]
@@ -556,7 +556,7 @@ func TestCLIClassify(t *testing.T) {
 // On a single node a leadership transfer has nobody to go to: exit 1 with
 // the server's reason, and the node still leads.
 func TestCLITransferSingleNode(t *testing.T) {
-	cl := clustertest.Start(t, 1)
+	cl := testenv.Start(t, 1)
 	base := endpointsEnv(cl.Endpoints())
 	eventually(t, base, "a leader", func(r result) bool { return r.code == exitOK }, "health")
 	step{name: "transfer", args: args("cluster", "transfer"), code: exitError, stderr: `^raftlock cluster transfer: .*no other voter to hand leadership to: n1 is the only voter; nothing changed`}.run(t, base)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 // singleNode is a one-node cluster of a real `raftlock serve` process whose
@@ -27,7 +27,7 @@ type singleNode struct {
 
 func newSingleNode(t *testing.T) *singleNode {
 	dir := t.TempDir()
-	ports := clustertest.FreePorts(t, 2)
+	ports := testenv.FreePorts(t, 2)
 	raft := fmt.Sprintf("127.0.0.1:%d", ports[1])
 	s := &singleNode{dir: dir, data: filepath.Join(dir, "data"), endpoint: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
 	s.args = []string{"--id", "n1", "--data-dir", s.data, "--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[0]),
@@ -39,7 +39,7 @@ func newSingleNode(t *testing.T) *singleNode {
 // start runs the node; it is stopped with SIGTERM when the test ends.
 func (s *singleNode) start(t *testing.T, extra ...string) *procs.Node {
 	s.runs++
-	return startServe(t, "n1", filepath.Join(s.dir, fmt.Sprintf("run%d.log", s.runs)), append(append([]string{}, s.args...), extra...))
+	return testenv.StartServe(t, "n1", filepath.Join(s.dir, fmt.Sprintf("run%d.log", s.runs)), append(append([]string{}, s.args...), extra...))
 }
 
 // stop sends SIGTERM and waits for a clean exit.
@@ -105,7 +105,7 @@ func (s *singleNode) seed(t *testing.T) {
 	// that finds no such snapshot yet writes two entries (an acquire and
 	// a release of a lock that stays free), so one is always coming.
 	pad := 0
-	clustertest.WaitFor(t, 45*time.Second, "a snapshot of every seeded lock", func() bool {
+	testenv.WaitFor(t, 45*time.Second, "a snapshot of every seeded lock", func() bool {
 		m, _ := filepath.Glob(filepath.Join(s.data, "snapshots", "*", "meta.json"))
 		for _, meta := range m {
 			b, _ := os.ReadFile(meta)
@@ -299,7 +299,7 @@ func (s *singleNode) post(client *http.Client, path string, body any) (int, map[
 // waitWritable waits until the node answers an acquire (granted or held).
 func (s *singleNode) waitWritable(t *testing.T, client *http.Client) {
 	t.Helper()
-	clustertest.WaitFor(t, 20*time.Second, "the node to take writes", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the node to take writes", func() bool {
 		code, _, err := s.post(client, "/v1/locks/acquire", map[string]any{"name": "probe", "owner": "p", "ttl_ms": 500, "lease_id": fmt.Sprintf("probe-%d", time.Now().UnixNano())})
 		return err == nil && (code == 200 || code == 409)
 	})

@@ -5,14 +5,14 @@ package main
 import (
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 // A release build has no clock faults: the faultclock package is not among
@@ -23,10 +23,10 @@ func TestReleaseBuildHasNoClockFaults(t *testing.T) {
 	if deps := goList(t); strings.Contains(deps, faultclockPkg) {
 		t.Fatalf("a default build depends on %s", faultclockPkg)
 	}
-	// go test strips its binaries, so nm needs a build of its own.
-	bin := filepath.Join(t.TempDir(), "raftlock")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	// go test strips its binaries, so nm needs the release build.
+	bin, err := procs.Binary()
+	if err != nil {
+		t.Fatal(err)
 	}
 	out, err := exec.Command("go", "tool", "nm", bin).CombinedOutput()
 	if err != nil {
@@ -39,14 +39,14 @@ func TestReleaseBuildHasNoClockFaults(t *testing.T) {
 		t.Fatal("a default build contains faultclock symbols")
 	}
 
-	ln := clustertest.Listen(t)
+	ln := testenv.Listen(t)
 	addr := ln.Addr().String()
 	ln.Close()
 	if err := serveDebug(addr, hclog.NewNullLogger()); err != nil {
 		t.Fatal(err)
 	}
 	var resp *http.Response
-	clustertest.WaitFor(t, 5*time.Second, "the debug listener", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the debug listener", func() bool {
 		resp, err = http.Post("http://"+addr+"/debug/clock", "application/json", strings.NewReader(`{"rate":1.2}`))
 		return err == nil
 	})

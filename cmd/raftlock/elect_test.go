@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/client"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // startElect runs raftlock elect in-process in the background, like
@@ -35,7 +35,7 @@ const leaderScript = `echo $$ > "$DIR/$WHO.tmp" && mv "$DIR/$WHO.tmp" "$DIR/$WHO
 func firstRunning(t *testing.T, dir string, whos ...string) string {
 	t.Helper()
 	var got string
-	clustertest.WaitFor(t, 30*time.Second, "a leader runs the command", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "a leader runs the command", func() bool {
 		for _, w := range whos {
 			if _, err := os.Stat(filepath.Join(dir, w+".run")); err == nil {
 				got = w
@@ -48,14 +48,14 @@ func firstRunning(t *testing.T, dir string, whos ...string) string {
 }
 
 func TestElect(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	base := endpointsEnv(cl.Endpoints())
 	c, err := client.New(cl.Endpoints(), client.WithRequestTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx := clustertest.Context(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 
 	t.Run("one leader runs the command at a time", func(t *testing.T) {
 		dir := t.TempDir()
@@ -135,11 +135,12 @@ func TestElect(t *testing.T) {
 	t.Run("kill -9 of the leader: the other takes over once the lease ends", func(t *testing.T) {
 		const ttl = 2 * time.Second
 		dir := t.TempDir()
+		bin := testenv.Binary(t)
 		procs := map[string]*exec.Cmd{}
 		var errs = map[string]*bytes.Buffer{}
 		for _, who := range []string{"a", "b"} {
-			cmd := exec.Command(os.Args[0], "elect", "--ttl", ttl.String(), "--owner", who, "svc/kill", "--", "sh", "-c", leaderScript)
-			cmd.Env = append(os.Environ(), append(base, "RAFTLOCK_TEST_AS_MAIN=1", "DIR="+dir, "WHO="+who)...)
+			cmd := exec.Command(bin, "elect", "--ttl", ttl.String(), "--owner", who, "svc/kill", "--", "sh", "-c", leaderScript)
+			cmd.Env = append(os.Environ(), append(base, "DIR="+dir, "WHO="+who)...)
 			errs[who] = &bytes.Buffer{}
 			cmd.Stderr = errs[who]
 			if err := cmd.Start(); err != nil {

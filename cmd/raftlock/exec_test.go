@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/client"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // execRun is a raftlock exec running in the background.
@@ -50,7 +50,7 @@ func (r *execRun) wait(t *testing.T, d time.Duration) int {
 func waitFile(t *testing.T, path string) string {
 	t.Helper()
 	var b []byte
-	clustertest.WaitFor(t, 15*time.Second, "file "+filepath.Base(path), func() bool {
+	testenv.WaitFor(t, 15*time.Second, "file "+filepath.Base(path), func() bool {
 		var err error
 		b, err = os.ReadFile(path)
 		return err == nil
@@ -80,14 +80,14 @@ const (
 )
 
 func TestExec(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	eps := strings.Join(cl.Endpoints(), ",")
 	c, err := client.New(cl.Endpoints(), client.WithRequestTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx := clustertest.Context(t, 2*time.Minute)
+	ctx := testenv.Context(t, 2*time.Minute)
 	get := func(t *testing.T, name string) *client.LockInfo {
 		t.Helper()
 		info, err := c.Get(ctx, name, false)
@@ -237,7 +237,7 @@ func TestExec(t *testing.T) {
 		defer lease.Release(ctx)
 		r := startExec(t, base, "--wait", "1m", "jobs/wait", "--", "true")
 		// Wait until exec is parked on the leader, then interrupt it.
-		clustertest.WaitFor(t, 15*time.Second, "exec to wait for the lock", func() bool {
+		testenv.WaitFor(t, 15*time.Second, "exec to wait for the lock", func() bool {
 			n := 0
 			for _, node := range cl.Nodes {
 				if node.Running() {

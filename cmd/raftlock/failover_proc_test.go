@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 // A leader change must not restart leases. Three real nodes; a lock, a
@@ -31,7 +32,7 @@ func TestLeasesEndOnTimeAfterLeaderKill(t *testing.T) {
 		slack    = 500 * time.Millisecond
 		deadline = 2 * time.Minute
 	)
-	c := startCluster(t, procs.Options{})
+	c := testenv.StartProcs(t, procs.Options{})
 	httpc := &http.Client{Timeout: 2 * time.Second}
 	call := func(method, base, path string, body any) (int, map[string]any) {
 		var rd *bytes.Reader

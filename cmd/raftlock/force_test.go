@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -14,8 +14,8 @@ import (
 // read-write token may not, an admin token ends the holder's lease (which
 // then cannot renew), and a second force release finds nothing to end.
 func TestCLIForceRelease(t *testing.T) {
-	cl := clustertest.Start(t, 3, clustertest.Options{Tokens: cliAdmin + " admin ops-admin\n" + cliRW + " read-write\n"})
-	clustertest.WaitFor(t, 15*time.Second, "the leader to write command format 3", func() bool {
+	cl := testenv.Start(t, 3, testenv.Options{Tokens: cliAdmin + " admin ops-admin\n" + cliRW + " read-write\n"})
+	testenv.WaitFor(t, 15*time.Second, "the leader to write command format 3", func() bool {
 		return cl.Leader().CommandVersion() >= 3
 	})
 	base := endpointsEnv(cl.Endpoints())
@@ -50,7 +50,7 @@ func TestCLIForceRelease(t *testing.T) {
 // While a member reads only command format 2 the leader refuses a force
 // release; the CLI retries the 503 until --timeout and then says why.
 func TestCLIForceReleaseBeforeFormat3(t *testing.T) {
-	cl := clustertest.Start(t, 3, clustertest.Options{Configure: func(cfg *raftnode.Config) {
+	cl := testenv.Start(t, 3, testenv.Options{Configure: func(cfg *raftnode.Config) {
 		inner := cfg.FetchProgress
 		cfg.FetchProgress = func(ctx context.Context, id, addr string) (raftnode.Progress, error) {
 			p, err := inner(ctx, id, addr)
@@ -58,7 +58,7 @@ func TestCLIForceReleaseBeforeFormat3(t *testing.T) {
 			return p, err
 		}
 	}})
-	clustertest.WaitFor(t, 15*time.Second, "the leader to write command format 2", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "the leader to write command format 2", func() bool {
 		return cl.Leader().CommandVersion() == 2
 	})
 	step{name: "force before format 3", args: args("release", "--force", "--timeout", "1s", "force/2"),

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/raftlock/raftlock/client"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"
 )
 
@@ -22,7 +22,7 @@ func TestServeJoinIsPromoted(t *testing.T) {
 	ca := tlstest.NewCA(t, "raftlock join test CA")
 	tokens := filepath.Join(dir, "tokens")
 	os.WriteFile(tokens, []byte(cliAdmin+" admin\n"+cliRO+" read-only\n"), 0o600)
-	ports := clustertest.FreePorts(t, 4)
+	ports := testenv.FreePorts(t, 4)
 	var eps []string
 	for i, id := range []string{"n1", "n2"} {
 		nodeDir := filepath.Join(dir, id)
@@ -37,7 +37,7 @@ func TestServeJoinIsPromoted(t *testing.T) {
 		} else {
 			args = append(args, "--join", eps[0])
 		}
-		startServe(t, id, filepath.Join(dir, id+".log"), args)
+		testenv.StartServe(t, id, filepath.Join(dir, id+".log"), args)
 		eps = append(eps, fmt.Sprintf("https://127.0.0.1:%d", ports[2*i]))
 	}
 	base := env{"RAFTLOCK_ENDPOINTS=" + strings.Join(eps, ","), "RAFTLOCK_CA=" + filepath.Join(dir, "n1", "ca.pem"), "RAFTLOCK_TOKEN=" + cliRO}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // A single `raftlock serve` on the WAL (the default) with snapshots and
@@ -86,7 +86,7 @@ func TestServeKill9OnWALKeepsAcknowledgedWrites(t *testing.T) {
 		}
 		// Kill after a varying number of acknowledged writes, mid-stream.
 		target := int64(40 + 37*round)
-		clustertest.WaitFor(t, 30*time.Second, "acknowledged writes", func() bool { return n.Load() >= target })
+		testenv.WaitFor(t, 30*time.Second, "acknowledged writes", func() bool { return n.Load() >= target })
 		p.Kill()
 		close(stop)
 		wg.Wait()

@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 )
 
@@ -52,7 +52,7 @@ func TestRaftPortRefusesAPIClientCertificate(t *testing.T) {
 	certs := filepath.Join(dir, "certs")
 	runCerts(t, certs, "n1", "n2", "n3")
 	runCerts(t, "--client", "mallory", certs)
-	ports := clustertest.FreePorts(t, 6)
+	ports := testenv.FreePorts(t, 6)
 	var peers []string
 	for i := 0; i < 3; i++ {
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[3+i]))
@@ -60,7 +60,7 @@ func TestRaftPortRefusesAPIClientCertificate(t *testing.T) {
 	var eps []string
 	for i := 0; i < 3; i++ {
 		id := fmt.Sprintf("n%d", i+1)
-		startServe(t, id, filepath.Join(dir, id+".log"), []string{"--id", id, "--data-dir", filepath.Join(dir, id),
+		testenv.StartServe(t, id, filepath.Join(dir, id+".log"), []string{"--id", id, "--data-dir", filepath.Join(dir, id),
 			"--http-addr", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
 			"--peers", strings.Join(peers, ","), "--election-timeout", "500ms", "--heartbeat-timeout", "500ms",
 			"--tls-cert", filepath.Join(certs, id+".pem"), "--tls-key", filepath.Join(certs, id+"-key.pem"),

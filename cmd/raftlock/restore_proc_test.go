@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/fsm"
-	"github.com/raftlock/raftlock/internal/clustertest"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -72,8 +72,8 @@ func TestServeClusterRefusesBackupNearTheEndAndStops(t *testing.T) {
 	if testing.Short() {
 		t.Skip("process test")
 	}
-	c := startCluster(t, procs.Options{})
-	ctx := clustertest.Context(t, time.Minute)
+	c := testenv.StartProcs(t, procs.Options{})
+	ctx := testenv.Context(t, time.Minute)
 	leader, err := c.WaitReady(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestServeClusterRefusesBackupNearTheEndAndStops(t *testing.T) {
 		t.Fatalf("restore of a backup at 2^64-5: %d %s, want 400 naming the index", code, body)
 	}
 	for _, n := range c.Nodes {
-		clustertest.WaitFor(t, 10*time.Second, n.ID+" ready", func() bool {
+		testenv.WaitFor(t, 10*time.Second, n.ID+" ready", func() bool {
 			resp, err := http.Get(n.URL() + "/readyz")
 			if err != nil {
 				return false
@@ -106,7 +106,7 @@ func TestServeClusterRefusesBackupNearTheEndAndStops(t *testing.T) {
 		if n == leader {
 			continue
 		}
-		clustertest.WaitFor(t, 20*time.Second, n.ID+" follows a new leader", func() bool {
+		testenv.WaitFor(t, 20*time.Second, n.ID+" follows a new leader", func() bool {
 			var st struct{ Leader string }
 			return c.Get(ctx, n, "/v1/cluster", &st) == nil && st.Leader != "" && st.Leader != leader.ID
 		})

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // acquire --session-id and exec --session-id take a lock in a session made
@@ -14,7 +14,7 @@ import (
 // exec releases it and leaves the session open); closing the session ends
 // the lease, and an ended session is exit 4.
 func TestCLILockInSession(t *testing.T) {
-	cl := clustertest.Start(t, 1)
+	cl := testenv.Start(t, 1)
 	base := endpointsEnv(cl.Endpoints())
 	r := runCLI(t, base, "session", "create", "--json", "--ttl", "30s", "--owner", "ingest-7")
 	if r.code != exitOK {

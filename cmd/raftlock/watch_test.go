@@ -15,7 +15,7 @@ import (
 
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/client"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // watchFake serves lock reads with indexes and blocking reads
@@ -187,13 +187,13 @@ func waitUntil(t *testing.T, cond func() bool) {
 // TestCLIWatchCluster: watch on a real cluster prints the free lock, its
 // holder and its release, then exits 0 on SIGINT.
 func TestCLIWatchCluster(t *testing.T) {
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	c, err := client.New(cl.Endpoints(), client.WithRequestTimeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx := clustertest.Context(t, time.Minute)
+	ctx := testenv.Context(t, time.Minute)
 	var stdout, stderr syncBuffer
 	sigs := make(chan os.Signal, 1)
 	done := make(chan int, 1)

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // chromium finds a headless-capable Chromium (Debian's package "chromium").
@@ -42,7 +42,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
 	}
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	leader := cl.Leader()
 	follower := cl.Followers()[0]
 	resp, err := http.Post(follower.URL()+"/v1/locks/acquire", "application/json",

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 // Clock faults (--clock-faults) move node clocks through POST /debug/clock,

@@ -15,7 +15,7 @@ import (
 
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 // Kinds of fault.

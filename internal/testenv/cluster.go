@@ -1,8 +1,26 @@
-// Package clustertest starts real raftlock nodes on loopback for tests: the
-// one cluster helper every package's cluster tests share. Nodes run the full
-// stack (raftnode + httpapi) in the test process, with temp data dirs, free
-// ports, short election timeouts and logs sent to t.Log.
-package clustertest
+// Package testenv is raftlock's one test-support layer: every package's
+// cluster tests start their nodes through it, and every real-process test
+// gets its binary and its processes through it.
+//
+//   - In-process clusters (Start): real nodes on loopback, each the full
+//     stack (raftnode + httpapi) in the test process, with temp data dirs,
+//     free ports, short election timeouts and logs sent to t.Log; Raft
+//     partitions (Partition, Heal), a manual lease clock (ManualClock), TLS
+//     and tokens by Options. Tests that need raftnode's unexported hooks wrap
+//     raftnode.Config themselves but keep these timings.
+//   - Real processes (Binary, StartServe, StartProcs): `raftlock serve` run
+//     as an operator runs it, on the binary procs.Binary builds once per
+//     test process (RAFTLOCK_BIN skips the build). Binary skips the test
+//     under -short, so no process test can forget the skip; files holding
+//     such tests end in _proc_test.go.
+//   - Waiting and ports (WaitFor, Context, FreePorts, Listen): poll with a
+//     deadline, never sleep-and-hope; bind loopback ports below the
+//     ephemeral range.
+//
+// The subpackages are procs, the process runner without the testing package
+// (the checker binary uses it too), and contract, the tests of the HTTP
+// contract (docs/openapi.yaml, docs/API.md) against a real cluster.
+package testenv
 
 import (
 	"context"
@@ -19,7 +37,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/raftlock/raftlock/httpapi"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 	"github.com/raftlock/raftlock/raftnode"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig"
 	"github.com/raftlock/raftlock/raftnode/tlsconfig/tlstest"

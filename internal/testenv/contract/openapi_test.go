@@ -1,4 +1,4 @@
-package contracttest
+package contract
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/raftlock/raftlock/api"
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // specPath is docs/openapi.yaml, found from this file so the test runs from
@@ -33,7 +33,7 @@ func specPath(t *testing.T) string {
 	if !ok {
 		t.Fatal("no caller information")
 	}
-	return filepath.Join(filepath.Dir(file), "..", "..", "docs", "openapi.yaml")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "docs", "openapi.yaml")
 }
 
 // loadSpec parses and validates the spec, with servers set to urls so the
@@ -74,7 +74,7 @@ type checker struct {
 	statuses map[int]bool
 }
 
-func newChecker(t *testing.T, spec []byte, c *clustertest.Cluster) *checker {
+func newChecker(t *testing.T, spec []byte, c *testenv.Cluster) *checker {
 	doc, router := loadSpec(t, spec, c.Endpoints())
 	return &checker{t: t, doc: doc, router: router, hc: c.HTTPClient(), seen: map[string]bool{}, statuses: map[int]bool{}}
 }
@@ -207,7 +207,7 @@ func readSpec(t *testing.T) []byte {
 // request and answer against the spec.
 func TestOpenAPIMatchesCluster(t *testing.T) {
 	spec := readSpec(t)
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	runContract(t, spec, cl)
 }
 
@@ -227,7 +227,7 @@ func TestOpenAPIDetectsDrift(t *testing.T) {
 		}
 		broken = next
 	}
-	cl := clustertest.Start(t, 1)
+	cl := testenv.Start(t, 1)
 	c := newChecker(t, broken, cl)
 	rec := &recorder{TB: t}
 	c.t = rec
@@ -248,11 +248,11 @@ func TestOpenAPIDetectsPermitDrift(t *testing.T) {
 	if bytes.Equal(broken, spec) {
 		t.Fatalf("%q is no longer in the spec; update this test", old)
 	}
-	cl := clustertest.Start(t, 1)
+	cl := testenv.Start(t, 1)
 	c := newChecker(t, broken, cl)
 	rec := &recorder{TB: t}
 	c.t = rec
-	clustertest.WaitFor(t, 15*time.Second, "a semaphore acquire (command format 5)", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "a semaphore acquire (command format 5)", func() bool {
 		st, b := c.do(call{method: "POST", url: cl.Nodes[0].URL() + "/v1/semaphores/acquire", body: `{"name":"drift","limit":1,"ttl_ms":10000,"lease_id":"drift-permit-000000"}`})
 		c.want(st, b, 200, 503)
 		return st == 200
@@ -273,7 +273,7 @@ func (r *recorder) Errorf(format string, args ...any) {
 	r.errs = append(r.errs, fmt.Sprintf(format, args...))
 }
 
-func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
+func runContract(t *testing.T, spec []byte, cl *testenv.Cluster) {
 	c := newChecker(t, spec, cl)
 	leader := cl.Leader()
 	follower := cl.Followers()[0]
@@ -283,7 +283,7 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	for _, n := range cl.Nodes {
 		st, b := c.do(call{method: "GET", url: n.URL() + "/healthz"})
 		c.want(st, b, 200)
-		clustertest.WaitFor(t, 10*time.Second, n.ID+" ready", func() bool {
+		testenv.WaitFor(t, 10*time.Second, n.ID+" ready", func() bool {
 			st, _ := c.do(call{method: "GET", url: n.URL() + "/readyz"})
 			return st == 200
 		})
@@ -294,7 +294,7 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	c.want(st, b, 200)
 	// Every member's own progress, asked by a follower: all reachable, all
 	// ready (each answered /readyz 200 above), the lag known.
-	clustertest.WaitFor(t, 10*time.Second, "every member reachable and ready", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "every member reachable and ready", func() bool {
 		st, b := c.do(call{method: "GET", url: F + "/v1/cluster/members"})
 		c.want(st, b, 200)
 		ms := decode[api.Members](t, b)
@@ -328,7 +328,7 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	// A value update (503 not_supported_yet until the leader's survey finds
 	// every node at command format 4), not_holder for another lease, and a
 	// blocking read with an older index (answered at once).
-	clustertest.WaitFor(t, 15*time.Second, "a value update", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "a value update", func() bool {
 		st, b := c.do(call{method: "POST", url: F + "/v1/locks/update", body: fmt.Sprintf(`{"name":"contract-a","lease_id":%q,"value":"10.0.0.1:80"}`, lease.LeaseID)})
 		c.want(st, b, 200, 503)
 		return st == 200
@@ -357,7 +357,7 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	// Force release (tokens off: anyone may): 503 not_supported_yet until
 	// the leader's survey finds every node at command format 3, then the
 	// lease it ended, then nothing left to end.
-	clustertest.WaitFor(t, 15*time.Second, "a force release", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "a force release", func() bool {
 		st, b := c.do(call{method: "POST", url: F + "/v1/locks/release", body: `{"name":"contract-b","force":true}`})
 		c.want(st, b, 200, 503)
 		return st == 200
@@ -368,7 +368,7 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	// A lock delay: held answers carry retry_after_ms once the lease expires.
 	st, b = c.do(call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"contract-d","ttl_ms":500,"lock_delay_ms":60000}`})
 	c.want(st, b, 200)
-	clustertest.WaitFor(t, 15*time.Second, "a held answer with retry_after_ms", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "a held answer with retry_after_ms", func() bool {
 		st, b := c.do(call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"contract-d","ttl_ms":500}`})
 		c.want(st, b, 409)
 		return strings.Contains(string(b), `"retry_after_ms"`)
@@ -443,7 +443,7 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 	// Not /readyz: a node that was just handed leadership is not ready until
 	// its Barrier commits, yet still leads, and a write it takes then may
 	// commit or not (504, correctly). Wait until it knows no leader at all.
-	clustertest.WaitFor(t, 15*time.Second, "the last node to know no leader", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "the last node to know no leader", func() bool {
 		id, _ := last.Leader()
 		return id == ""
 	})
@@ -475,9 +475,9 @@ func runContract(t *testing.T, spec []byte, cl *clustertest.Cluster) {
 // leadership transfer with nobody to take over, which a 3-node cluster
 // never answers.
 func TestOpenAPISingleNodeTransfer(t *testing.T) {
-	cl := clustertest.Start(t, 1)
+	cl := testenv.Start(t, 1)
 	c := newChecker(t, readSpec(t), cl)
-	clustertest.WaitFor(t, 15*time.Second, "the node to lead", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "the node to lead", func() bool {
 		id, _ := cl.Nodes[0].Leader()
 		return id != ""
 	})
@@ -492,7 +492,7 @@ func TestOpenAPISingleNodeTransfer(t *testing.T) {
 func TestOpenAPIAuthErrors(t *testing.T) {
 	ro, rw := strings.Repeat("r", 24), strings.Repeat("w", 24)
 	admin := strings.Repeat("a", 24)
-	cl := clustertest.Start(t, 1, clustertest.Options{Tokens: admin + " admin\n" + rw + " read-write\n" + ro + " read-only\n"})
+	cl := testenv.Start(t, 1, testenv.Options{Tokens: admin + " admin\n" + rw + " read-write\n" + ro + " read-only\n"})
 	c := newChecker(t, readSpec(t), cl)
 	u := cl.Nodes[0].URL()
 	st, b := c.do(call{method: "GET", url: u + "/v1/cluster"})
@@ -572,7 +572,7 @@ func runFormat5Contract(t *testing.T, c *checker, L, F string) {
 
 	// A session (503 until the leader's survey finds every node at format 5).
 	var sess api.Session
-	clustertest.WaitFor(t, 15*time.Second, "a session create", func() bool {
+	testenv.WaitFor(t, 15*time.Second, "a session create", func() bool {
 		st, b := c.do(call{method: "POST", url: F + "/v1/sessions", body: `{"owner":"contract","ttl_ms":10000,"lock_delay_ms":0}`})
 		c.want(st, b, 200, 503)
 		sess = decode[api.Session](t, b)

@@ -4,9 +4,10 @@ package main
 // take minutes and are benchmarks only so that `go test` never runs them by
 // accident; each runs once:
 //
-//	go build -o bin/raftlock ./cmd/raftlock
-//	RAFTLOCK_BIN=$PWD/bin/raftlock go test -run=NONE -bench=Scale -benchtime=1x -timeout=60m -v ./cmd/raftlock/
+//	go test -run=NONE -bench=Scale -benchtime=1x -timeout=60m -v ./cmd/raftlock/
 //
+// The nodes run testenv.Binary: ./cmd/raftlock built once, or the binary
+// RAFTLOCK_BIN names.
 // RAFTLOCK_SCALE_LOCKS, _EXPIRIES, _HOLDERS and _RENEW_TTL_MS change the sizes
 // (defaults 1,000,000, 100,000, 10,000 and 10s); RAFTLOCK_SCALE_KEEP=DIR
 // keeps the nodes' data dirs and logs there; RAFTLOCK_SCALE_FLAGS adds serve
@@ -22,7 +23,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,8 +31,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 func scaleEnv(b *testing.B, key string, def int) int {
@@ -55,13 +55,6 @@ type procCluster struct {
 }
 
 func startProcCluster(b *testing.B, extra ...string) *procCluster {
-	bin := os.Getenv("RAFTLOCK_BIN")
-	if bin == "" {
-		bin = filepath.Join(b.TempDir(), "raftlock")
-		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-			b.Fatalf("go build: %v\n%s", err, out)
-		}
-	}
 	root := b.TempDir()
 	if keep := os.Getenv("RAFTLOCK_SCALE_KEEP"); keep != "" {
 		root = filepath.Join(keep, b.Name())
@@ -71,12 +64,8 @@ func startProcCluster(b *testing.B, extra ...string) *procCluster {
 	}
 	extra = append(extra, strings.Fields(os.Getenv("RAFTLOCK_SCALE_FLAGS"))...)
 	// A node with a million locks may take a while to stop cleanly.
-	pc, err := procs.Start(procs.Options{Bin: bin, Dir: root, Extra: extra, StopTimeout: 30 * time.Second,
+	pc := testenv.StartProcs(b, procs.Options{Dir: root, Extra: extra, StopTimeout: 30 * time.Second,
 		Env: strings.Fields(os.Getenv("RAFTLOCK_SCALE_ENV")), Debug: os.Getenv("RAFTLOCK_SCALE_PROFILE") != ""})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pc.Terminate)
 	return &procCluster{Cluster: pc, b: b, nodes: pc.Nodes}
 }
 
@@ -109,7 +98,7 @@ func (c *procCluster) waitCaughtUp(timeout time.Duration) uint64 {
 	if err != nil {
 		c.b.Fatal(err)
 	}
-	clustertest.WaitFor(c.b, timeout, fmt.Sprintf("every node to apply index %d", li.CommitIndex), func() bool {
+	testenv.WaitFor(c.b, timeout, fmt.Sprintf("every node to apply index %d", li.CommitIndex), func() bool {
 		for _, n := range c.nodes {
 			if i, err := c.Info(ctx, n); err != nil || i.AppliedIndex < li.CommitIndex {
 				return false

@@ -4,9 +4,10 @@ package client
 // leases, on real `raftlock serve` processes on loopback. A benchmark only so
 // that `go test` never runs it by accident; it runs once and takes minutes:
 //
-//	go build -o /tmp/raftlock ./cmd/raftlock
-//	RAFTLOCK_BIN=/tmp/raftlock go test -run=NONE -bench=RenewLoad -benchtime=1x -timeout=30m -v ./client/
+//	go test -run=NONE -bench=RenewLoad -benchtime=1x -timeout=30m -v ./client/
 //
+// The nodes run testenv.Binary: ./cmd/raftlock built once, or the binary
+// RAFTLOCK_BIN names.
 // RAFTLOCK_RENEW_LOCKS (default 10,000), RAFTLOCK_RENEW_SESSIONS (10) and
 // RAFTLOCK_RENEW_TTL_MS (10,000) change the sizes.
 
@@ -23,7 +24,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
 func renewEnv(b *testing.B, key string, def int) int {
@@ -53,17 +55,9 @@ func procCPUSeconds(pid int) float64 {
 // renewLoad holds the locks with hold, lets the watchdogs reach their steady
 // state, then measures the leader's log entries and CPU for a window.
 func renewLoad(b *testing.B, hold func(ctx context.Context, c *Client, names []string) (lost func() int, release func())) {
-	bin := os.Getenv("RAFTLOCK_BIN")
-	if bin == "" {
-		b.Skip("RAFTLOCK_BIN: the raftlock binary to run (go build -o /tmp/raftlock ./cmd/raftlock)")
-	}
 	n := renewEnv(b, "RAFTLOCK_RENEW_LOCKS", 10_000)
 	ttl := time.Duration(renewEnv(b, "RAFTLOCK_RENEW_TTL_MS", 10_000)) * time.Millisecond
-	pc, err := procs.Start(procs.Options{Bin: bin, Dir: b.TempDir(), StopTimeout: 30 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pc.Terminate()
+	pc := testenv.StartProcs(b, procs.Options{StopTimeout: 30 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	leader, err := pc.WaitLeader(ctx)

@@ -8,17 +8,15 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // repoRoot is the module root, found from this file.
@@ -72,44 +70,21 @@ func dashboardExprs(t *testing.T, data []byte) []string {
 	return exprs
 }
 
-// startNode builds cmd/raftlock and runs one real node, as an operator would
-// (serve --dev: the same registry, raft's metrics included), and returns its URL.
+// startNode runs one real node, as an operator would (serve --dev: the same
+// registry, raft's metrics included), and returns its URL.
 func startNode(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "raftlock")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/raftlock")
-	build.Dir = repoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/raftlock: %v\n%s", err, out)
-	}
-	ports := clustertest.FreePorts(t, 2)
+	dir := t.TempDir()
+	ports := testenv.FreePorts(t, 2)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	cmd := exec.Command(bin, "serve", "--dev", "--data-dir", t.TempDir(),
-		"--http-addr", httpAddr, "--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start node: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("node log:\n%s", logs.String())
-		}
-	})
+	n := testenv.StartServe(t, "n1", filepath.Join(dir, "n1.log"), []string{"--dev", "--data-dir", filepath.Join(dir, "data"),
+		"--http-addr", httpAddr, "--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[1])})
 	url := "http://" + httpAddr
-	clustertest.WaitFor(t, 30*time.Second, "node ready", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "node ready", func() bool {
 		select {
-		case <-done:
-			t.Fatalf("node exited:\n%s", logs.String())
+		case <-n.Done():
+			b, _ := os.ReadFile(n.LogPath)
+			t.Fatalf("node exited:\n%s", b)
 		default:
 		}
 		resp, err := http.Get(url + "/readyz")
@@ -199,7 +174,7 @@ func TestMonitoringUsesRealMetrics(t *testing.T) {
 	live := liveMetrics(t, startNode(t))
 	// Some series exist only in a cluster (forwarding by a follower): add a
 	// real 3-node cluster's follower, exercised the same way.
-	cl := clustertest.Start(t, 3)
+	cl := testenv.Start(t, 3)
 	for m := range liveMetrics(t, cl.Followers()[0].URL()) {
 		live[m] = true
 	}

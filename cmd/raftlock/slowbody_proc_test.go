@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/raftlock/raftlock/internal/clustertest"
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // startSingle runs a one-node cluster as a real process and waits until it
@@ -22,12 +22,12 @@ import (
 func startSingle(t *testing.T, extra ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	ports := clustertest.FreePorts(t, 2)
+	ports := testenv.FreePorts(t, 2)
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	raftAddr := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	startServe(t, "n1", filepath.Join(dir, "n1.log"), append([]string{"--id", "n1", "--data-dir", filepath.Join(dir, "n1"),
+	testenv.StartServe(t, "n1", filepath.Join(dir, "n1.log"), append([]string{"--id", "n1", "--data-dir", filepath.Join(dir, "n1"),
 		"--http-addr", addr, "--raft-addr", raftAddr, "--peers", "n1=" + raftAddr}, extra...))
-	clustertest.WaitFor(t, 20*time.Second, "the node to answer /healthz", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the node to answer /healthz", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {
 			return false

@@ -1,26 +1,18 @@
 package main
 
 import (
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
-// buildFaults builds raftlock with its fault clock (-tags raftlock_faults),
-// once per test process, next to the other binaries.
+// buildFaults builds the checker (build) and returns raftlock built with its
+// fault clock (-tags raftlock_faults).
 func buildFaults(t *testing.T) string {
 	t.Helper()
 	build(t)
-	if bins.faults != "" {
-		return bins.faults
-	}
-	bin := filepath.Join(bins.dir, "raftlock-faults")
-	if b, err := exec.Command("go", "build", "-tags", "raftlock_faults", "-o", bin, "github.com/raftlock/raftlock/cmd/raftlock").CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags raftlock_faults: %v\n%s", err, b)
-	}
-	bins.faults = bin
-	return bin
+	return testenv.Binary(t, "raftlock_faults")
 }
 
 // The twins differ only in the node clock rate. Faults: leader transfers

@@ -1,4 +1,4 @@
-package clustertest
+package testenv
 
 import (
 	"bytes"
@@ -55,7 +55,7 @@ func (nw *network) dialer(id string) func(ctx context.Context, addr string) (net
 		refused := nw.cut(id, to)
 		nw.mu.Unlock()
 		if refused {
-			return nil, fmt.Errorf("clustertest: %s -> %s (%s): partitioned", id, to, addr)
+			return nil, fmt.Errorf("testenv: %s -> %s (%s): partitioned", id, to, addr)
 		}
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -67,7 +67,7 @@ func (nw *network) dialer(id string) func(ctx context.Context, addr string) (net
 		defer nw.mu.Unlock()
 		if nw.cut(id, to) { // partitioned while dialing
 			c.Close()
-			return nil, fmt.Errorf("clustertest: %s -> %s (%s): partitioned", id, to, addr)
+			return nil, fmt.Errorf("testenv: %s -> %s (%s): partitioned", id, to, addr)
 		}
 		nw.links[l] = struct{}{}
 		return l, nil

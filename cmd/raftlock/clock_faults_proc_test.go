@@ -13,12 +13,12 @@ import (
 
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/model"
-	"github.com/raftlock/raftlock/internal/clustertest"
-	"github.com/raftlock/raftlock/internal/clustertest/procs"
+	"github.com/raftlock/raftlock/internal/testenv"
+	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
-// These tests run real `raftlock serve` processes of a fault build (this
-// test binary, built with -tags raftlock_faults), move their clocks through
+// These tests run real `raftlock serve` processes of a fault build
+// (testenv.Binary with the raftlock_faults tag), move their clocks through
 // POST /debug/clock, and judge the lease outcomes with the checker's own
 // property (a): go test -tags raftlock_faults -run Clock ./cmd/raftlock
 
@@ -35,7 +35,7 @@ type faultCluster struct {
 }
 
 func startFaultCluster(t *testing.T) *faultCluster {
-	pc := startCluster(t, procs.Options{Debug: true, Extra: []string{"--election-timeout", "500ms", "--heartbeat-timeout", "500ms"}})
+	pc := testenv.StartProcs(t, procs.Options{Bin: testenv.Binary(t, "raftlock_faults"), Debug: true, Extra: []string{"--election-timeout", "500ms", "--heartbeat-timeout", "500ms"}})
 	c := &faultCluster{t: t, http: map[string]string{}, debug: map[string]string{}}
 	for _, n := range pc.Nodes {
 		c.http[n.ID] = n.URL()
@@ -47,7 +47,7 @@ func startFaultCluster(t *testing.T) *faultCluster {
 // leader waits until every node names the same leader.
 func (c *faultCluster) leader(not string) string {
 	var l string
-	clustertest.WaitFor(c.t, 20*time.Second, "an agreed leader", func() bool {
+	testenv.WaitFor(c.t, 20*time.Second, "an agreed leader", func() bool {
 		l = ""
 		for _, u := range c.http {
 			var info struct{ Leader string }
@@ -122,7 +122,7 @@ func (c *faultCluster) acquire(id string, client int, name, lease string, ttlMs 
 func (c *faultCluster) contend(id string, client int, name string, ttlMs int64) history.Op {
 	lease := fmt.Sprintf("contender-%d-%s", client, strings.ReplaceAll(name, "/", "_"))
 	var got history.Op
-	clustertest.WaitFor(c.t, 30*time.Second, "the contender's grant of "+name, func() bool {
+	testenv.WaitFor(c.t, 30*time.Second, "the contender's grant of "+name, func() bool {
 		got = c.acquire(id, client, name, lease, ttlMs)
 		return got.Outcome == history.OK
 	})

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftlock/raftlock/internal/testenv"
 )
 
 // The end-to-end tests run the checker as a process against real raftlock
@@ -23,9 +25,6 @@ var bins struct {
 	// seededServer is raftlock built with -tags raftlock_seeded_bugs: it
 	// carries the server-side seeded bugs, off unless RAFTLOCK_SEEDED_BUG asks.
 	seededServer string
-	// faults is raftlock built with -tags raftlock_faults (clock faults),
-	// made by buildFaults when a clock test first needs it.
-	faults string
 }
 
 func TestMain(m *testing.M) {
@@ -36,8 +35,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build compiles the binaries once per test process. RAFTLOCK_BIN names a
-// prebuilt server instead.
+// build gets the servers from testenv.Binary (RAFTLOCK_BIN may name the
+// release one) and compiles the checkers, once per test process.
 func build(t *testing.T) {
 	t.Helper()
 	if bins.checker != "" {
@@ -54,13 +53,8 @@ func build(t *testing.T) {
 			t.Fatalf("go build %v: %v\n%s", args, err, b)
 		}
 	}
-	bins.raftlock = os.Getenv("RAFTLOCK_BIN")
-	if bins.raftlock == "" {
-		bins.raftlock = filepath.Join(dir, "raftlock")
-		goBuild(bins.raftlock, "github.com/raftlock/raftlock/cmd/raftlock")
-	}
-	bins.seededServer = filepath.Join(dir, "raftlock-seeded")
-	goBuild(bins.seededServer, "-tags", "raftlock_seeded_bugs", "github.com/raftlock/raftlock/cmd/raftlock")
+	bins.raftlock = testenv.Binary(t)
+	bins.seededServer = testenv.Binary(t, "raftlock_seeded_bugs")
 	bins.seeded = filepath.Join(dir, "raftlock-check-seeded")
 	goBuild(bins.seeded, "-tags", "raftlock_seeded_bugs", ".")
 	bins.checker = filepath.Join(dir, "raftlock-check")

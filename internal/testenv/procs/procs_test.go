@@ -93,3 +93,35 @@ func TestNodeExitAndStop(t *testing.T) {
 		t.Fatalf("the log appended across restarts lost the first run's output:\n%s", b)
 	}
 }
+
+// Binary builds once per tag set and process, and the default build is
+// RAFTLOCK_BIN when that is set.
+func TestBinaryOncePerTagSet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/raftlock")
+	}
+	t.Setenv(BinEnv, "")
+	a, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(a)
+	if err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("%s is not an executable: %v", a, err)
+	}
+	b, err := Binary()
+	if err != nil || b != a {
+		t.Fatalf("second Binary() = %q, %v; want %q", b, err, a)
+	}
+	fi2, _ := os.Stat(b)
+	if !fi2.ModTime().Equal(fi.ModTime()) {
+		t.Fatal("the second call built again")
+	}
+	t.Setenv(BinEnv, "/opt/prebuilt/raftlock")
+	if got, _ := Binary(); got != "/opt/prebuilt/raftlock" {
+		t.Fatalf("with %s set, Binary() = %q", BinEnv, got)
+	}
+	if got, _ := Binary("raftlock_faults"); got == "/opt/prebuilt/raftlock" {
+		t.Fatalf("%s stood in for a tagged build", BinEnv)
+	}
+}

@@ -1,8 +1,18 @@
 // Package procs runs real "raftlock serve" processes on loopback ports: one
 // at a time (Node) or as a cluster (Start), and kills, pauses, resumes and
-// restarts them. The checker binary uses it, so it must not import testing;
-// the tests' t-based helpers (clustertest.FreePorts, cmd/raftlock's
-// startServe) are thin layers over it.
+// restarts them; Binary builds the raftlock binary they run, once per
+// process and build-tag set. The checker binary uses it, so it must not
+// import testing; the tests' t-based layer over it is testenv (Binary,
+// StartServe, StartProcs, FreePorts).
+//
+// Binary (or Build.Binary) is the one way a test gets a server binary.
+// cmd/raftlock's tests once re-ran their own test binary as the server (a
+// TestMain switch); that ran a server compiled together with the test
+// files, worked in that package only, and gave a fault build of the server
+// only by building the whole test binary with the tag. What it gave for
+// free, the server code counting in `go test -cover`, a Build with
+// CoverMode gives too (testenv.Binary asks for it under -cover). A real
+// build costs a link per test process; the build cache keeps the compile.
 package procs
 
 import (

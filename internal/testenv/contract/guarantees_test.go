@@ -1,4 +1,4 @@
-package contracttest
+package contract
 
 import (
 	"os"
