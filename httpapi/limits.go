@@ -329,10 +329,11 @@ func (s *Server) inflight(next http.Handler) http.Handler {
 // bodyFirst reads the whole body (up to one byte past the contract's limit)
 // under the body deadline, then lifts the deadline so that the request may
 // take as long as its own timeout allows. It runs after authorize: a body
-// is read only for a client allowed to send it.
-func (s *Server) bodyFirst(next http.Handler) http.Handler {
+// is read only for a client allowed to send it. A route that streams its
+// body (its limit is far above api.MaxBody) reads it itself.
+func (s *Server) bodyFirst(streams bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !hasBody(r) || streamsBody(r) {
+		if !hasBody(r) || streams {
 			next.ServeHTTP(w, r)
 			return
 		}

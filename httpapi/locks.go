@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/store"
@@ -272,7 +271,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, dst validator) ([
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	name, err := url.PathUnescape(mux.Vars(r)["name"])
+	name, err := url.PathUnescape(lockPathName(r))
 	if err != nil {
 		writeError(w, badRequest("name: bad path escape: %v", err))
 		return
