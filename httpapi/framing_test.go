@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -192,5 +193,26 @@ func TestMalformedRequestAnswersJSON(t *testing.T) {
 			json.Unmarshal(b, &e) != nil || e.Error != api.CodeBadRequest || !strings.Contains(e.Message, "malformed") {
 			t.Errorf("%q: %d %s %q, want 400 application/json bad_request", req, resp.StatusCode, resp.Header.Get("Content-Type"), b)
 		}
+	}
+}
+
+// TestBodyDeadlineOnPlainConnection: on a connection served by HTTPServer
+// and Listener, a body that stops short of its Content-Length is cut at
+// the body timeout (408 and the connection closed), and a request whose
+// body came whole is answered after the deadline was lifted.
+func TestBodyDeadlineOnPlainConnection(t *testing.T) {
+	addr := serveRaw(t, New(newLeader("n1"), Options{Limits: Limits{BodyTimeout: 200 * time.Millisecond}}))
+	const body = `{"name":"a","owner":"o","lease_id":"0123456789abcdef0123456789abcdef","ttl_ms":10000}`
+	head := "POST /v1/locks/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+	resps := rawExchange(t, addr, head+strconv.Itoa(len(body)+10)+"\r\n\r\n"+body)
+	if len(resps) != 1 || resps[0].StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("short body: %d responses, want one 408: %+v", len(resps), resps)
+	}
+	whole := head + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	release := `{"name":"a","lease_id":"0123456789abcdef0123456789abcdef"}`
+	resps = rawExchange(t, addr, whole+"POST /v1/locks/release HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "+
+		strconv.Itoa(len(release))+"\r\n\r\n"+release)
+	if len(resps) != 2 || resps[0].StatusCode != http.StatusOK || resps[1].StatusCode != http.StatusOK {
+		t.Fatalf("whole bodies: %d responses, want two 200s: %+v", len(resps), resps)
 	}
 }

@@ -229,12 +229,24 @@ type (
 	reserveKey    struct{}
 	controllerKey struct{}
 	framerKey     struct{}
+	connKey       struct{}
 )
 
-// setReadDeadline sets the read deadline of r's connection, through the
-// controller guard kept.
+// setReadDeadline sets the read deadline of r's connection. An HTTP/1
+// request has its connection to itself while it is served, so the
+// deadline is set on the connection the server accepted (connContext kept
+// it), which is what net/http's ResponseController does for HTTP/1; any
+// other request (HTTP/2, or a server not built by HTTPServer) goes through
+// the controller guard kept.
 func setReadDeadline(r *http.Request, t time.Time) {
-	if rc, ok := r.Context().Value(controllerKey{}).(*http.ResponseController); ok {
+	ctx := r.Context()
+	if r.ProtoMajor == 1 {
+		if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
+			_ = c.SetReadDeadline(t)
+			return
+		}
+	}
+	if rc, ok := ctx.Value(controllerKey{}).(*http.ResponseController); ok {
 		_ = rc.SetReadDeadline(t) // fails only where the writer cannot (tests)
 	}
 }
@@ -243,7 +255,8 @@ func setReadDeadline(r *http.Request, t time.Time) {
 // accepted into the probe reserve, and gives the handlers a plain
 // connection's head framer (framing.go); under TLS the framer would see
 // only ciphertext, so it is stopped before the first read.
-func connContext(ctx context.Context, c net.Conn) context.Context {
+func connContext(ctx context.Context, accepted net.Conn) context.Context {
+	c := accepted
 	tc, isTLS := c.(*tls.Conn)
 	if isTLS {
 		c = tc.NetConn()
@@ -252,6 +265,8 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	if !ok {
 		return ctx
 	}
+	// Under TLS its deadlines are the underlying connection's.
+	ctx = context.WithValue(ctx, connKey{}, accepted)
 	if isTLS {
 		lc.framer.stop()
 	} else {
@@ -272,10 +287,14 @@ func isProbe(r *http.Request) bool {
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hasBody(r) {
-			// The connection's controller, kept for refuseBody and bodyFirst:
-			// the writers they get are wrapped (metrics) and may not unwrap.
-			rc := http.NewResponseController(w)
-			r = r.WithContext(context.WithValue(r.Context(), controllerKey{}, rc))
+			if r.ProtoMajor != 1 || r.Context().Value(connKey{}) == nil {
+				// The controller, kept for refuseBody and bodyFirst: the
+				// writers they get are wrapped (metrics) and may not unwrap.
+				// An HTTP/1 request on a connection connContext saw needs
+				// none (setReadDeadline).
+				rc := http.NewResponseController(w)
+				r = r.WithContext(context.WithValue(r.Context(), controllerKey{}, rc))
+			}
 			setReadDeadline(r, time.Now().Add(s.opts.Limits.BodyTimeout))
 		}
 		if r.Context().Value(reserveKey{}) != nil && !isProbe(r) {
