@@ -216,3 +216,78 @@ func TestBodyDeadlineOnPlainConnection(t *testing.T) {
 		t.Fatalf("whole bodies: %d responses, want two 200s: %+v", len(resps), resps)
 	}
 }
+
+// headFramingByStrings is headFraming as it was first written, on
+// strings: the reference the allocation-free one must agree with.
+func headFramingByStrings(head []byte) (length int64, chunked, ok bool) {
+	lines := strings.Split(strings.ReplaceAll(string(head), "\r\n", "\n"), "\n")
+	http10 := strings.HasSuffix(lines[0], " HTTP/1.0")
+	length = -1
+	for _, line := range lines[1:] {
+		name, value, found := strings.Cut(line, ":")
+		if !found || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		value = strings.TrimSpace(value)
+		switch {
+		case strings.EqualFold(name, "Transfer-Encoding"):
+			chunked = !http10
+		case strings.EqualFold(name, "Content-Length"):
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil || n < 0 || (length >= 0 && n != length) {
+				return 0, false, false
+			}
+			length = n
+		}
+	}
+	return length, chunked, true
+}
+
+func TestHeadFramingAgreesWithStrings(t *testing.T) {
+	heads := []string{
+		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n",
+		"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+		"POST / HTTP/1.1\nTRANSFER-encoding: chunked\ncontent-LENGTH:  7 \n\n",
+		"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+		"POST / HTTP/1.1\r\n Content-Length: 3\r\n\tContent-Length: 4\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: -0\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 0000000000000000000000042\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 9223372036854775807\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 9223372036854775808\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: \r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 5\r\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length:\u00a05\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Lengt: 5\r\nTransfer-Encodin: x\r\n\r\n",
+		"POST / HTTP/1.1\r\nX: a:b\r\n\r\n",
+		"POST / HTTP/1.0\r\n\r\n",
+		"\r\n\r\n",
+		"",
+	}
+	for _, h := range heads {
+		l1, c1, ok1 := headFraming([]byte(h))
+		l0, c0, ok0 := headFramingByStrings([]byte(h))
+		if l1 != l0 || c1 != c0 || ok1 != ok0 {
+			t.Errorf("%q: headFraming %d %v %v, by strings %d %v %v", h, l1, c1, ok1, l0, c0, ok0)
+		}
+	}
+}
+
+// The framer follows a connection's requests with no allocation once its
+// buffer has grown: it sees every byte a plain connection reads.
+func TestHeadFramerAllocatesNothing(t *testing.T) {
+	req := []byte(rawAcquire("a", "") + rawAcquire("b", ""))
+	f := &headFramer{}
+	f.feed(req)
+	if n := testing.AllocsPerRun(100, func() { f.feed(req) }); n != 0 {
+		t.Fatalf("%v allocations per feed, want 0", n)
+	}
+	if f.stopped || f.skip != 0 || len(f.head) != 0 {
+		t.Fatalf("framer lost the requests: stopped %v, skip %d, head %q", f.stopped, f.skip, f.head)
+	}
+}
