@@ -356,10 +356,9 @@ func (s *Server) bodyFirst(streams bool, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBody+1))
-		var ne net.Error
+		body, err := readFirst(r.Body, r.ContentLength)
 		switch {
-		case errors.As(err, &ne) && ne.Timeout():
+		case isTimeout(err):
 			refuseBody(w, r)
 			writeError(w, &apiError{http.StatusRequestTimeout, api.CodeBadRequest, "request body not received within " + s.opts.Limits.BodyTimeout.String()})
 			return
@@ -377,15 +376,53 @@ func (s *Server) bodyFirst(streams bool, next http.Handler) http.Handler {
 				return
 			}
 		}
-		r.Body = &readAhead{Reader: bytes.NewReader(body), body: body}
+		ra := &readAhead{body: body}
+		ra.Reset(body)
+		r.Body = ra
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readFirst reads body to its end, up to one byte past api.MaxBody, as
+// io.ReadAll of an io.LimitReader would. When the request's length is
+// known and within the limit, net/http ends the body there, so one buffer
+// of that length (and a byte for the read that meets the end) takes it all.
+func readFirst(body io.Reader, length int64) ([]byte, error) {
+	if length < 0 || length > api.MaxBody {
+		return io.ReadAll(io.LimitReader(body, api.MaxBody+1))
+	}
+	b := make([]byte, 0, length+1)
+	for {
+		n, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			// More than its Content-Length: not from net/http, but read on
+			// within the limit all the same.
+			rest, err := io.ReadAll(io.LimitReader(body, api.MaxBody+1-int64(len(b))))
+			return append(b, rest...), err
+		}
+	}
+}
+
+// isTimeout reports whether err is a deadline's (the body deadline's).
+func isTimeout(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // readAhead is a request body bodyFirst has read: readBody takes its bytes
 // once instead of copying them again; anything else reads it as a body.
 type readAhead struct {
-	*bytes.Reader
+	bytes.Reader
 	body  []byte
 	taken bool
 }
