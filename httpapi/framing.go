@@ -34,6 +34,22 @@ type headFramer struct {
 	head    []byte // the head read so far
 	skip    int64  // body bytes still to pass
 	both    atomic.Bool
+	// heads counts the heads followed, served the requests guard has
+	// started (bodyArrived). net/http hands a connection's requests to the
+	// handler one at a time, and reads for the next only after the body
+	// of the one before has ended, so the handler sees these fields still.
+	heads, served int64
+}
+
+// bodyArrived is called by guard for each request of the connection, in
+// order. It reports whether all of the request's body has already been
+// read from the connection, so that reading it cannot wait for the client.
+// It answers false whenever it cannot be sure: stopped, a pipelined head
+// read past this one, or a request net/http answered itself (OPTIONS *)
+// leave the counts apart for the rest of the connection.
+func (f *headFramer) bodyArrived() bool {
+	f.served++
+	return !f.stopped && f.heads == f.served && f.skip == 0
 }
 
 // stop turns the framer off before any read: under TLS it sees ciphertext.
@@ -69,6 +85,7 @@ func (f *headFramer) feed(p []byte) {
 		length, chunked, ok := headFraming(f.head[:end])
 		p = p[len(p)-(len(f.head)-end):]
 		f.head = f.head[:0]
+		f.heads++
 		switch {
 		case !ok:
 			f.stopped = true // net/http refuses it too, and closes

@@ -291,3 +291,47 @@ func TestHeadFramerAllocatesNothing(t *testing.T) {
 		t.Fatalf("framer lost the requests: stopped %v, skip %d, head %q", f.stopped, f.skip, f.head)
 	}
 }
+
+// bodyArrived says a body has arrived only when the framer is sure the
+// request it answers for is the last head it followed and all of its body
+// has passed; guard then starts no body clock.
+func TestBodyArrived(t *testing.T) {
+	whole := rawAcquire("a", "")
+	head, body, _ := strings.Cut(whole, "\r\n\r\n")
+	head += "\r\n\r\n"
+	steps := []struct {
+		name    string
+		feed    []string // reads before the request is served
+		arrived bool
+	}{
+		{"whole in one read", []string{whole}, true},
+		{"head, then body", []string{head, body}, true},
+		{"head and part of the body", []string{head + body[:5]}, false},
+		{"the rest of it, next request", []string{body[5:] + head + body}, true},
+		{"head only (Expect: 100-continue)", []string{head}, false},
+		{"its body; then two pipelined", []string{body, whole + whole}, false},
+		{"the second of the two", nil, true},
+	}
+	f := &headFramer{}
+	for _, st := range steps {
+		for _, p := range st.feed {
+			f.feed([]byte(p))
+		}
+		if got := f.bodyArrived(); got != st.arrived {
+			t.Errorf("%s: bodyArrived %v, want %v", st.name, got, st.arrived)
+		}
+	}
+	// A request net/http answers itself never reaches guard: the counts
+	// stay apart, and bodies are never taken as arrived again.
+	f = &headFramer{}
+	f.feed([]byte("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n" + whole))
+	if f.bodyArrived() {
+		t.Error("after an OPTIONS * that guard did not see, a body was taken as arrived")
+	}
+	f = &headFramer{}
+	f.stop()
+	f.feed([]byte(whole))
+	if f.bodyArrived() {
+		t.Error("a stopped framer (TLS) took a body as arrived")
+	}
+}

@@ -173,6 +173,10 @@ type limitedConn struct {
 	done    func()
 	framer  *headFramer // follows request heads on a plain connection (framing.go)
 
+	// bodyDeadline: guard set the current request's body deadline (its
+	// body had not all arrived), so bodyFirst lifts it.
+	bodyDeadline bool
+
 	// The first-read gate (see Limits.MaxFirstReads); reads of a
 	// connection come from one goroutine at a time.
 	gate     chan struct{}
@@ -234,29 +238,44 @@ type (
 
 // setReadDeadline sets the read deadline of r's connection. An HTTP/1
 // request has its connection to itself while it is served, so the
-// deadline is set on the connection the server accepted (connContext kept
-// it), which is what net/http's ResponseController does for HTTP/1; any
-// other request (HTTP/2, or a server not built by HTTPServer) goes through
-// the controller guard kept.
+// deadline is set on the connection (connContext kept it; under TLS its
+// deadlines are those of the connection beneath), which is what net/http's
+// ResponseController does for HTTP/1; any other request (HTTP/2, or a
+// server not built by HTTPServer) goes through the controller guard kept.
 func setReadDeadline(r *http.Request, t time.Time) {
-	ctx := r.Context()
-	if r.ProtoMajor == 1 {
-		if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
-			_ = c.SetReadDeadline(t)
-			return
-		}
+	if c := plainConn(r); c != nil {
+		_ = c.SetReadDeadline(t)
+		return
 	}
-	if rc, ok := ctx.Value(controllerKey{}).(*http.ResponseController); ok {
+	if rc, ok := r.Context().Value(controllerKey{}).(*http.ResponseController); ok {
 		_ = rc.SetReadDeadline(t) // fails only where the writer cannot (tests)
 	}
+}
+
+// plainConn is the connection of an HTTP/1 request served by HTTPServer
+// on Listener, nil for any other.
+func plainConn(r *http.Request) *limitedConn {
+	if r.ProtoMajor != 1 {
+		return nil
+	}
+	c, _ := r.Context().Value(connKey{}).(*limitedConn)
+	return c
+}
+
+// liftBodyDeadline lifts the deadline guard set for the request's body,
+// once the body is read.
+func liftBodyDeadline(r *http.Request) {
+	if c := plainConn(r); c != nil && !c.bodyDeadline {
+		return
+	}
+	setReadDeadline(r, time.Time{})
 }
 
 // connContext (http.Server.ConnContext) tags the context of a connection
 // accepted into the probe reserve, and gives the handlers a plain
 // connection's head framer (framing.go); under TLS the framer would see
 // only ciphertext, so it is stopped before the first read.
-func connContext(ctx context.Context, accepted net.Conn) context.Context {
-	c := accepted
+func connContext(ctx context.Context, c net.Conn) context.Context {
 	tc, isTLS := c.(*tls.Conn)
 	if isTLS {
 		c = tc.NetConn()
@@ -265,8 +284,7 @@ func connContext(ctx context.Context, accepted net.Conn) context.Context {
 	if !ok {
 		return ctx
 	}
-	// Under TLS its deadlines are the underlying connection's.
-	ctx = context.WithValue(ctx, connKey{}, accepted)
+	ctx = context.WithValue(ctx, connKey{}, lc)
 	if isTLS {
 		lc.framer.stop()
 	} else {
@@ -286,15 +304,24 @@ func isProbe(r *http.Request) bool {
 // connections and starts the body's clock.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hasBody(r) {
-			if r.ProtoMajor != 1 || r.Context().Value(connKey{}) == nil {
-				// The controller, kept for refuseBody and bodyFirst: the
-				// writers they get are wrapped (metrics) and may not unwrap.
-				// An HTTP/1 request on a connection connContext saw needs
-				// none (setReadDeadline).
-				rc := http.NewResponseController(w)
-				r = r.WithContext(context.WithValue(r.Context(), controllerKey{}, rc))
-			}
+		c := plainConn(r)
+		arrived := c != nil && c.framer.bodyArrived() // counts every request
+		switch {
+		case !hasBody(r):
+		case c == nil:
+			// The controller, kept for refuseBody and bodyFirst: the
+			// writers they get are wrapped (metrics) and may not unwrap.
+			// An HTTP/1 request on a connection connContext saw needs
+			// none (setReadDeadline).
+			rc := http.NewResponseController(w)
+			r = r.WithContext(context.WithValue(r.Context(), controllerKey{}, rc))
+			setReadDeadline(r, time.Now().Add(s.opts.Limits.BodyTimeout))
+		case arrived:
+			// Already read from the connection whole: nothing to wait for,
+			// so no clock to start (and none to lift).
+			c.bodyDeadline = false
+		default:
+			c.bodyDeadline = true
 			setReadDeadline(r, time.Now().Add(s.opts.Limits.BodyTimeout))
 		}
 		if r.Context().Value(reserveKey{}) != nil && !isProbe(r) {
@@ -369,7 +396,7 @@ func (s *Server) bodyFirst(streams bool, next http.Handler) http.Handler {
 		case len(body) > api.MaxBody:
 			refuseBody(w, r) // the rest is not read; readBody answers 413
 		default:
-			setReadDeadline(r, time.Time{})
+			liftBodyDeadline(r)
 			// A tenant over its share is refused before the strict parse,
 			// which is most of what a 429 would cost under a flood.
 			if s.shedEarly(w, r, body) {
