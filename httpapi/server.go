@@ -112,13 +112,12 @@ func New(store Store, opts Options) *Server {
 	// Each route's middleware chain is built once, here. mux's r.Use would
 	// build it anew on every request: closures to allocate each time, and
 	// no state kept in a middleware (the in-flight cap's slots) would outlive
-	// the request. Like r.Use, the chain runs only on a matched route; mux
-	// has put the route in the request's context before it runs.
+	// the request. Like r.Use, the chain runs only on a matched route. It
+	// is given its route (method and template) here, so nothing in it asks
+	// the router which route matched: the hot routes (route.go) are served
+	// without the router, through the same chain.
 	metrics := newHTTPMetrics(opts.Registry)
 	s.slots = make(chan struct{}, opts.Limits.MaxInflight)
-	// The chain is given its route (method and template) here, so nothing
-	// in it asks the router which route matched: the hot routes below are
-	// served without the router, through the same chain.
 	chain := func(method, tmpl string, h http.Handler) http.Handler {
 		h = s.bodyFirst(tmpl == snapshotPath, h) // after authorize: no body is read for a client that may not send it
 		if opts.Tokens != nil {
