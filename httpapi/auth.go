@@ -12,8 +12,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/gorilla/mux"
-
 	"github.com/raftlock/raftlock/api"
 )
 
@@ -212,21 +210,20 @@ func (t *Tokens) lookup(token string) tokenEntry {
 	return found
 }
 
-// authorize is mux middleware (it needs the matched route): it lets a
-// request through when its bearer token's role covers the route's, and
-// answers 401 or 403 otherwise. Followers check before forwarding, and the
-// leader checks the relayed Authorization header again. Tokens are never
-// logged.
-func (s *Server) authorize(next http.Handler) http.Handler {
+// routeRole is the role the route of method and template tmpl needs.
+func routeRole(method, tmpl string) Role {
+	if role, ok := routeRoles[method+" "+tmpl]; ok {
+		return role
+	}
+	return RoleAdmin
+}
+
+// authorize wraps the handler of a route that needs role need: it lets a
+// request through when its bearer token's role covers it, and answers 401
+// or 403 otherwise. Followers check before forwarding, and the leader
+// checks the relayed Authorization header again. Tokens are never logged.
+func (s *Server) authorize(need Role, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		need := RoleAdmin
-		if cr := mux.CurrentRoute(r); cr != nil {
-			if tmpl, err := cr.GetPathTemplate(); err == nil {
-				if role, ok := routeRoles[r.Method+" "+tmpl]; ok {
-					need = role
-				}
-			}
-		}
 		if need == RoleNone {
 			next.ServeHTTP(w, r)
 			return

@@ -130,8 +130,12 @@ func writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, ae.status, api.Error{Error: ae.code, Message: ae.message})
 }
 
+// jsonType is the Content-Type of every JSON answer, one slice shared by
+// all: net/http only reads it, and Header.Set would allocate one each time.
+var jsonType = []string{"application/json"}
+
 func writeJSON(w http.ResponseWriter, status int, body any) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonType
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(body)
 }

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -34,6 +34,22 @@ type headFramer struct {
 	head    []byte // the head read so far
 	skip    int64  // body bytes still to pass
 	both    atomic.Bool
+	// heads counts the heads followed, served the requests guard has
+	// started (bodyArrived). net/http hands a connection's requests to the
+	// handler one at a time, and reads for the next only after the body
+	// of the one before has ended, so the handler sees these fields still.
+	heads, served int64
+}
+
+// bodyArrived is called by guard for each request of the connection, in
+// order. It reports whether all of the request's body has already been
+// read from the connection, so that reading it cannot wait for the client.
+// It answers false whenever it cannot be sure: stopped, a pipelined head
+// read past this one, or a request net/http answered itself (OPTIONS *)
+// leave the counts apart for the rest of the connection.
+func (f *headFramer) bodyArrived() bool {
+	f.served++
+	return !f.stopped && f.heads == f.served && f.skip == 0
 }
 
 // stop turns the framer off before any read: under TLS it sees ciphertext.
@@ -63,10 +79,13 @@ func (f *headFramer) feed(p []byte) {
 			}
 			return
 		}
-		head := f.head[:end]
-		p = bytes.Clone(f.head[end:])
+		// The head's end is among the bytes just appended (an earlier call
+		// would have found it otherwise), so what follows it is the tail
+		// of p: go on from there, and keep f.head's array for the next.
+		length, chunked, ok := headFraming(f.head[:end])
+		p = p[len(p)-(len(f.head)-end):]
 		f.head = f.head[:0]
-		length, chunked, ok := headFraming(head)
+		f.heads++
 		switch {
 		case !ok:
 			f.stopped = true // net/http refuses it too, and closes
@@ -100,29 +119,86 @@ func headEnd(b []byte, from int) int {
 // headFraming reads a request head's framing as net/http does: the
 // Content-Length (-1 when absent), and whether Transfer-Encoding applies
 // (HTTP/1.1 only: net/http ignores it on HTTP/1.0). ok is false for a head
-// net/http would refuse (an unreadable or conflicting Content-Length).
+// net/http would refuse (an unreadable or conflicting Content-Length). It
+// allocates nothing: it runs on every request a plain connection carries.
 func headFraming(head []byte) (length int64, chunked, ok bool) {
-	lines := strings.Split(strings.ReplaceAll(string(head), "\r\n", "\n"), "\n")
-	http10 := strings.HasSuffix(lines[0], " HTTP/1.0")
+	line, rest, _ := cutLine(head)
+	http10 := bytes.HasSuffix(line, []byte(" HTTP/1.0"))
 	length = -1
-	for _, line := range lines[1:] {
-		name, value, found := strings.Cut(line, ":")
+	for len(rest) > 0 {
+		line, rest, _ = cutLine(rest)
+		name, value, found := bytes.Cut(line, []byte(":"))
 		if !found || line[0] == ' ' || line[0] == '\t' {
 			continue // the empty last line, or a folded continuation
 		}
-		value = strings.TrimSpace(value)
+		value = bytes.TrimSpace(value)
 		switch {
-		case strings.EqualFold(name, "Transfer-Encoding"):
+		case equalFoldASCII(name, "Transfer-Encoding"):
 			chunked = !http10
-		case strings.EqualFold(name, "Content-Length"):
-			n, err := strconv.ParseInt(value, 10, 64)
-			if err != nil || n < 0 || (length >= 0 && n != length) {
+		case equalFoldASCII(name, "Content-Length"):
+			n, valid := parseLength(value)
+			if !valid || (length >= 0 && n != length) {
 				return 0, false, false
 			}
 			length = n
 		}
 	}
 	return length, chunked, true
+}
+
+// cutLine splits b at its first newline; a "\r\n" ends a line as "\n"
+// does.
+func cutLine(b []byte) (line, rest []byte, found bool) {
+	line, rest, found = bytes.Cut(b, []byte("\n"))
+	if found {
+		line = bytes.TrimSuffix(line, []byte("\r"))
+	}
+	return line, rest, found
+}
+
+// equalFoldASCII reports whether b is s, ignoring ASCII case.
+func equalFoldASCII(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		c, d := b[i], s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
+}
+
+// parseLength reads a Content-Length as strconv.ParseInt(s, 10, 64)
+// does, a negative value refused: decimal digits after an optional sign.
+func parseLength(b []byte) (int64, bool) {
+	neg := false
+	if len(b) > 0 && (b[0] == '+' || b[0] == '-') {
+		neg = b[0] == '-'
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, !neg || n == 0
 }
 
 // frame closes the connection after every request with a chunked body, and

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -192,5 +193,145 @@ func TestMalformedRequestAnswersJSON(t *testing.T) {
 			json.Unmarshal(b, &e) != nil || e.Error != api.CodeBadRequest || !strings.Contains(e.Message, "malformed") {
 			t.Errorf("%q: %d %s %q, want 400 application/json bad_request", req, resp.StatusCode, resp.Header.Get("Content-Type"), b)
 		}
+	}
+}
+
+// TestBodyDeadlineOnPlainConnection: on a connection served by HTTPServer
+// and Listener, a body that stops short of its Content-Length is cut at
+// the body timeout (408 and the connection closed), and a request whose
+// body came whole is answered after the deadline was lifted.
+func TestBodyDeadlineOnPlainConnection(t *testing.T) {
+	addr := serveRaw(t, New(newLeader("n1"), Options{Limits: Limits{BodyTimeout: 200 * time.Millisecond}}))
+	const body = `{"name":"a","owner":"o","lease_id":"0123456789abcdef0123456789abcdef","ttl_ms":10000}`
+	head := "POST /v1/locks/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+	resps := rawExchange(t, addr, head+strconv.Itoa(len(body)+10)+"\r\n\r\n"+body)
+	if len(resps) != 1 || resps[0].StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("short body: %d responses, want one 408: %+v", len(resps), resps)
+	}
+	whole := head + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	release := `{"name":"a","lease_id":"0123456789abcdef0123456789abcdef"}`
+	resps = rawExchange(t, addr, whole+"POST /v1/locks/release HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "+
+		strconv.Itoa(len(release))+"\r\n\r\n"+release)
+	if len(resps) != 2 || resps[0].StatusCode != http.StatusOK || resps[1].StatusCode != http.StatusOK {
+		t.Fatalf("whole bodies: %d responses, want two 200s: %+v", len(resps), resps)
+	}
+}
+
+// headFramingByStrings is headFraming as it was first written, on
+// strings: the reference the allocation-free one must agree with.
+func headFramingByStrings(head []byte) (length int64, chunked, ok bool) {
+	lines := strings.Split(strings.ReplaceAll(string(head), "\r\n", "\n"), "\n")
+	http10 := strings.HasSuffix(lines[0], " HTTP/1.0")
+	length = -1
+	for _, line := range lines[1:] {
+		name, value, found := strings.Cut(line, ":")
+		if !found || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		value = strings.TrimSpace(value)
+		switch {
+		case strings.EqualFold(name, "Transfer-Encoding"):
+			chunked = !http10
+		case strings.EqualFold(name, "Content-Length"):
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil || n < 0 || (length >= 0 && n != length) {
+				return 0, false, false
+			}
+			length = n
+		}
+	}
+	return length, chunked, true
+}
+
+func TestHeadFramingAgreesWithStrings(t *testing.T) {
+	heads := []string{
+		"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n",
+		"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+		"POST / HTTP/1.1\nTRANSFER-encoding: chunked\ncontent-LENGTH:  7 \n\n",
+		"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+		"POST / HTTP/1.1\r\n Content-Length: 3\r\n\tContent-Length: 4\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: -0\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 0000000000000000000000042\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 9223372036854775807\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 9223372036854775808\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 1_0\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: \r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 1 2\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length: 5\r\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Length:\u00a05\r\n\r\n",
+		"POST / HTTP/1.1\r\nContent-Lengt: 5\r\nTransfer-Encodin: x\r\n\r\n",
+		"POST / HTTP/1.1\r\nX: a:b\r\n\r\n",
+		"POST / HTTP/1.0\r\n\r\n",
+		"\r\n\r\n",
+		"",
+	}
+	for _, h := range heads {
+		l1, c1, ok1 := headFraming([]byte(h))
+		l0, c0, ok0 := headFramingByStrings([]byte(h))
+		if l1 != l0 || c1 != c0 || ok1 != ok0 {
+			t.Errorf("%q: headFraming %d %v %v, by strings %d %v %v", h, l1, c1, ok1, l0, c0, ok0)
+		}
+	}
+}
+
+// The framer follows a connection's requests with no allocation once its
+// buffer has grown: it sees every byte a plain connection reads.
+func TestHeadFramerAllocatesNothing(t *testing.T) {
+	req := []byte(rawAcquire("a", "") + rawAcquire("b", ""))
+	f := &headFramer{}
+	f.feed(req)
+	if n := testing.AllocsPerRun(100, func() { f.feed(req) }); n != 0 {
+		t.Fatalf("%v allocations per feed, want 0", n)
+	}
+	if f.stopped || f.skip != 0 || len(f.head) != 0 {
+		t.Fatalf("framer lost the requests: stopped %v, skip %d, head %q", f.stopped, f.skip, f.head)
+	}
+}
+
+// bodyArrived says a body has arrived only when the framer is sure the
+// request it answers for is the last head it followed and all of its body
+// has passed; guard then starts no body clock.
+func TestBodyArrived(t *testing.T) {
+	whole := rawAcquire("a", "")
+	head, body, _ := strings.Cut(whole, "\r\n\r\n")
+	head += "\r\n\r\n"
+	steps := []struct {
+		name    string
+		feed    []string // reads before the request is served
+		arrived bool
+	}{
+		{"whole in one read", []string{whole}, true},
+		{"head, then body", []string{head, body}, true},
+		{"head and part of the body", []string{head + body[:5]}, false},
+		{"the rest of it, next request", []string{body[5:] + head + body}, true},
+		{"head only (Expect: 100-continue)", []string{head}, false},
+		{"its body; then two pipelined", []string{body, whole + whole}, false},
+		{"the second of the two", nil, true},
+	}
+	f := &headFramer{}
+	for _, st := range steps {
+		for _, p := range st.feed {
+			f.feed([]byte(p))
+		}
+		if got := f.bodyArrived(); got != st.arrived {
+			t.Errorf("%s: bodyArrived %v, want %v", st.name, got, st.arrived)
+		}
+	}
+	// A request net/http answers itself never reaches guard: the counts
+	// stay apart, and bodies are never taken as arrived again.
+	f = &headFramer{}
+	f.feed([]byte("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n" + whole))
+	if f.bodyArrived() {
+		t.Error("after an OPTIONS * that guard did not see, a body was taken as arrived")
+	}
+	f = &headFramer{}
+	f.stop()
+	f.feed([]byte(whole))
+	if f.bodyArrived() {
+		t.Error("a stopped framer (TLS) took a body as arrived")
 	}
 }

@@ -173,6 +173,10 @@ type limitedConn struct {
 	done    func()
 	framer  *headFramer // follows request heads on a plain connection (framing.go)
 
+	// bodyDeadline: guard set the current request's body deadline (its
+	// body had not all arrived), so bodyFirst lifts it.
+	bodyDeadline bool
+
 	// The first-read gate (see Limits.MaxFirstReads); reads of a
 	// connection come from one goroutine at a time.
 	gate     chan struct{}
@@ -229,14 +233,42 @@ type (
 	reserveKey    struct{}
 	controllerKey struct{}
 	framerKey     struct{}
+	connKey       struct{}
 )
 
-// setReadDeadline sets the read deadline of r's connection, through the
-// controller guard kept.
+// setReadDeadline sets the read deadline of r's connection. An HTTP/1
+// request has its connection to itself while it is served, so the
+// deadline is set on the connection (connContext kept it; under TLS its
+// deadlines are those of the connection beneath), which is what net/http's
+// ResponseController does for HTTP/1; any other request (HTTP/2, or a
+// server not built by HTTPServer) goes through the controller guard kept.
 func setReadDeadline(r *http.Request, t time.Time) {
+	if c := plainConn(r); c != nil {
+		_ = c.SetReadDeadline(t)
+		return
+	}
 	if rc, ok := r.Context().Value(controllerKey{}).(*http.ResponseController); ok {
 		_ = rc.SetReadDeadline(t) // fails only where the writer cannot (tests)
 	}
+}
+
+// plainConn is the connection of an HTTP/1 request served by HTTPServer
+// on Listener, nil for any other.
+func plainConn(r *http.Request) *limitedConn {
+	if r.ProtoMajor != 1 {
+		return nil
+	}
+	c, _ := r.Context().Value(connKey{}).(*limitedConn)
+	return c
+}
+
+// liftBodyDeadline lifts the deadline guard set for the request's body,
+// once the body is read.
+func liftBodyDeadline(r *http.Request) {
+	if c := plainConn(r); c != nil && !c.bodyDeadline {
+		return
+	}
+	setReadDeadline(r, time.Time{})
 }
 
 // connContext (http.Server.ConnContext) tags the context of a connection
@@ -252,6 +284,7 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	if !ok {
 		return ctx
 	}
+	ctx = context.WithValue(ctx, connKey{}, lc)
 	if isTLS {
 		lc.framer.stop()
 	} else {
@@ -271,11 +304,24 @@ func isProbe(r *http.Request) bool {
 // connections and starts the body's clock.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hasBody(r) {
-			// The connection's controller, kept for refuseBody and bodyFirst:
-			// the writers they get are wrapped (metrics) and may not unwrap.
+		c := plainConn(r)
+		arrived := c != nil && c.framer.bodyArrived() // counts every request
+		switch {
+		case !hasBody(r):
+		case c == nil:
+			// The controller, kept for refuseBody and bodyFirst: the
+			// writers they get are wrapped (metrics) and may not unwrap.
+			// An HTTP/1 request on a connection connContext saw needs
+			// none (setReadDeadline).
 			rc := http.NewResponseController(w)
 			r = r.WithContext(context.WithValue(r.Context(), controllerKey{}, rc))
+			setReadDeadline(r, time.Now().Add(s.opts.Limits.BodyTimeout))
+		case arrived:
+			// Already read from the connection whole: nothing to wait for,
+			// so no clock to start (and none to lift).
+			c.bodyDeadline = false
+		default:
+			c.bodyDeadline = true
 			setReadDeadline(r, time.Now().Add(s.opts.Limits.BodyTimeout))
 		}
 		if r.Context().Value(reserveKey{}) != nil && !isProbe(r) {
@@ -329,17 +375,17 @@ func (s *Server) inflight(next http.Handler) http.Handler {
 // bodyFirst reads the whole body (up to one byte past the contract's limit)
 // under the body deadline, then lifts the deadline so that the request may
 // take as long as its own timeout allows. It runs after authorize: a body
-// is read only for a client allowed to send it.
-func (s *Server) bodyFirst(next http.Handler) http.Handler {
+// is read only for a client allowed to send it. A route that streams its
+// body (its limit is far above api.MaxBody) reads it itself.
+func (s *Server) bodyFirst(streams bool, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !hasBody(r) || streamsBody(r) {
+		if !hasBody(r) || streams {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, api.MaxBody+1))
-		var ne net.Error
+		body, err := readFirst(r.Body, r.ContentLength)
 		switch {
-		case errors.As(err, &ne) && ne.Timeout():
+		case isTimeout(err):
 			refuseBody(w, r)
 			writeError(w, &apiError{http.StatusRequestTimeout, api.CodeBadRequest, "request body not received within " + s.opts.Limits.BodyTimeout.String()})
 			return
@@ -350,22 +396,60 @@ func (s *Server) bodyFirst(next http.Handler) http.Handler {
 		case len(body) > api.MaxBody:
 			refuseBody(w, r) // the rest is not read; readBody answers 413
 		default:
-			setReadDeadline(r, time.Time{})
+			liftBodyDeadline(r)
 			// A tenant over its share is refused before the strict parse,
 			// which is most of what a 429 would cost under a flood.
 			if s.shedEarly(w, r, body) {
 				return
 			}
 		}
-		r.Body = &readAhead{Reader: bytes.NewReader(body), body: body}
+		ra := &readAhead{body: body}
+		ra.Reset(body)
+		r.Body = ra
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readFirst reads body to its end, up to one byte past api.MaxBody, as
+// io.ReadAll of an io.LimitReader would. When the request's length is
+// known and within the limit, net/http ends the body there, so one buffer
+// of that length (and a byte for the read that meets the end) takes it all.
+func readFirst(body io.Reader, length int64) ([]byte, error) {
+	if length < 0 || length > api.MaxBody {
+		return io.ReadAll(io.LimitReader(body, api.MaxBody+1))
+	}
+	b := make([]byte, 0, length+1)
+	for {
+		n, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			// More than its Content-Length: not from net/http, but read on
+			// within the limit all the same.
+			rest, err := io.ReadAll(io.LimitReader(body, api.MaxBody+1-int64(len(b))))
+			return append(b, rest...), err
+		}
+	}
+}
+
+// isTimeout reports whether err is a deadline's (the body deadline's).
+func isTimeout(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // readAhead is a request body bodyFirst has read: readBody takes its bytes
 // once instead of copying them again; anything else reads it as a body.
 type readAhead struct {
-	*bytes.Reader
+	bytes.Reader
 	body  []byte
 	taken bool
 }

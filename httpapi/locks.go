@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/nodeapi"
@@ -289,11 +288,11 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, dst validator) ([
 	return body, true
 }
 
-// pathName is the {name} of a lock's or a semaphore's read path, checked
-// as a write's name is and against the caller's names; on false it has
-// answered.
-func pathName(w http.ResponseWriter, r *http.Request) (string, bool) {
-	name, err := url.PathUnescape(mux.Vars(r)["name"])
+// pathName is the {name} of a lock's or a semaphore's read path, given
+// still escaped (lockPathName, or the router's {name}), checked as a
+// write's name is and against the caller's names; on false it has answered.
+func pathName(w http.ResponseWriter, r *http.Request, escaped string) (string, bool) {
+	name, err := url.PathUnescape(escaped)
 	if err != nil {
 		writeError(w, badRequest("name: bad path escape: %v", err))
 		return "", false
@@ -310,7 +309,7 @@ func pathName(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	name, ok := pathName(w, r)
+	name, ok := pathName(w, r, lockPathName(r))
 	if !ok {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/nodeapi"
@@ -128,7 +129,7 @@ func (s *Server) releaseSemaphore(ctx context.Context, req *semReleaseRequest) (
 // getSemaphore reads one semaphore: its limit and permits by slot, never
 // their lease ids. Nobody holding is 200 with limit 0 and no holders.
 func (s *Server) getSemaphore(w http.ResponseWriter, r *http.Request) {
-	name, ok := pathName(w, r)
+	name, ok := pathName(w, r, mux.Vars(r)["name"])
 	if !ok {
 		return
 	}

@@ -82,6 +82,8 @@ type Server struct {
 	caps      *tenantCaps
 	// slots count the API requests being served (Limits.MaxInflight).
 	slots chan struct{}
+	// routes serves the hot routes and hands the rest to the router.
+	routes *hotRoutes
 }
 
 // New builds the API handler for store.
@@ -110,19 +112,24 @@ func New(store Store, opts Options) *Server {
 	// Each route's middleware chain is built once, here. mux's r.Use would
 	// build it anew on every request: closures to allocate each time, and
 	// no state kept in a middleware (the in-flight cap's slots) would outlive
-	// the request. Like r.Use, the chain runs only on a matched route; mux
-	// has put the route in the request's context before it runs.
+	// the request. Like r.Use, the chain runs only on a matched route. It
+	// is given its route (method and template) here, so nothing in it asks
+	// the router which route matched: the hot routes (route.go) are served
+	// without the router, through the same chain.
 	metrics := newHTTPMetrics(opts.Registry)
 	s.slots = make(chan struct{}, opts.Limits.MaxInflight)
-	chain := func(tmpl string, h http.Handler) http.Handler {
-		h = s.bodyFirst(h) // after authorize: no body is read for a client that may not send it
+	chain := func(method, tmpl string, h http.Handler) http.Handler {
+		h = s.bodyFirst(tmpl == snapshotPath, h) // after authorize: no body is read for a client that may not send it
 		if opts.Tokens != nil {
-			h = s.authorize(h) // after instrument, so 401 and 403 are counted per route
+			h = s.authorize(routeRole(method, tmpl), h) // after instrument, so 401 and 403 are counted per route
 		}
 		return metrics.instrumentRoute(tmpl, s.inflight(h))
 	}
+	s.routes = &hotRoutes{router: r}
 	handle := func(method, tmpl string, h http.HandlerFunc) {
-		r.Handle(tmpl, chain(tmpl, h)).Methods(method)
+		c := chain(method, tmpl, h)
+		r.Handle(tmpl, c).Methods(method)
+		s.routes.add(method, tmpl, c)
 	}
 	handle(http.MethodPost, "/v1/locks/acquire", writeHandler(s, acquireWait, s.acquire))
 	handle(http.MethodPost, "/v1/locks/renew", writeHandler(s, nil, s.renew))
@@ -149,7 +156,7 @@ func New(store Store, opts Options) *Server {
 	handle(http.MethodGet, "/healthz", s.healthz)
 	handle(http.MethodGet, "/readyz", s.readyz)
 	handle(http.MethodGet, "/metrics", opts.Metrics.ServeHTTP)
-	r.PathPrefix(ui.Prefix).Handler(chain(ui.Prefix, ui.Handler())).Methods(http.MethodGet) // status page: static files, data by the API
+	r.PathPrefix(ui.Prefix).Handler(chain(http.MethodGet, ui.Prefix, ui.Handler())).Methods(http.MethodGet) // status page: static files, data by the API
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && (r.URL.Path == "/" || r.URL.Path+"/" == ui.Prefix) {
 			// Where a browser pointed at a node lands: the status page.
@@ -166,7 +173,7 @@ func New(store Store, opts Options) *Server {
 	})
 	// Around the router, not r.Use: mux runs middleware only on a matched
 	// route, and 404, 405 and redirects must carry the headers too.
-	s.handler = s.guard(s.identify(s.frame(r)))
+	s.handler = s.guard(s.identify(s.frame(s.routes)))
 	return s
 }
 

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/internal/nodeapi"
 )
@@ -43,17 +42,6 @@ const (
 	snapshotTimeout = 10 * time.Minute
 	octetStream     = "application/octet-stream"
 )
-
-// streamsBody reports whether r's route reads its own body, so bodyFirst
-// must leave it alone (its limit is api.MaxBody, far below a snapshot's).
-func streamsBody(r *http.Request) bool {
-	if route := mux.CurrentRoute(r); route != nil {
-		if p, err := route.GetPathTemplate(); err == nil && p == snapshotPath {
-			return true
-		}
-	}
-	return false
-}
 
 func (s *Server) backups(w http.ResponseWriter, r *http.Request) (Backups, bool) {
 	sn, ok := s.store.(Backups)
