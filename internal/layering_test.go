@@ -82,7 +82,7 @@ func TestLayering(t *testing.T) {
 	t.Run("logstore knows no node", func(t *testing.T) {
 		// The log stores stand apart from the consensus wiring, as raft-wal
 		// and raft-boltdb do from hashicorp/raft. Their one import from
-		// raftlock is internal/store, for the ErrStorage that the HTTP
+		// raftlock is internal/nodeapi, for the ErrStorage that the HTTP
 		// layer maps.
 		for _, v := range violations(t, mod+"raftnode/logstore", mod+"raftnode", mod+"httpapi", mod+"client") {
 			t.Error(v)
