@@ -30,10 +30,10 @@ import (
 // dials the leader's Raft address and, if something listens, asks the
 // member at the leader's HTTP address for its progress (the same fetch the
 // leader's survey uses); on a refusal, or an answer from the leader's id
-// naming no leader or another, it lowers raft's heartbeat timeout
-// to LeaderLeaseTimeout (the least raft accepts), which makes raft check at
-// once and, the leader being silent that long, start an election; the
-// configured timeout comes back once a leader is known again. A leader that
+// naming no leader or another, it lowers raft's heartbeat and election
+// timeouts to LeaderLeaseTimeout (the least raft accepts), which makes raft
+// check at once and, the leader being silent that long, start an election;
+// the configured timeouts come back once a leader is known again. A leader that
 // is paused, slow or cut off by the network still accepts or times out the
 // dial and does not answer the fetch, and is given up on the ordinary
 // schedule. Followers act in the
@@ -139,17 +139,25 @@ func (n *Node) crashRank(leader raft.ServerID) time.Duration {
 	return time.Duration(max(slices.Index(ids, n.cfg.ID), 0))
 }
 
-// hurryElection lowers raft's heartbeat timeout to LeaderLeaseTimeout until
-// a leader other than old is known (or a few heartbeat timeouts pass), then
-// puts the configured one back.
+// hurryElection lowers raft's heartbeat and election timeouts to
+// LeaderLeaseTimeout until a leader other than old is known (or a few
+// heartbeat timeouts pass), then puts the configured ones back. The election
+// timeout matters when the first follower to act has the longer log: its
+// pre-vote is refused by the second (which still had a leader), and the
+// second's by it (a shorter log), so the first must try again, and it
+// waits an election timeout to do so.
 func (n *Node) hurryElection(old raft.ServerID) {
-	if err := n.reloadRaft(func(rc *raft.ReloadableConfig) { rc.HeartbeatTimeout = n.cfg.LeaderLeaseTimeout }); err != nil {
-		n.log.Warn("could not shorten the heartbeat timeout for an election", "error", err)
+	if err := n.reloadRaft(func(rc *raft.ReloadableConfig) {
+		rc.HeartbeatTimeout, rc.ElectionTimeout = n.cfg.LeaderLeaseTimeout, n.cfg.LeaderLeaseTimeout
+	}); err != nil {
+		n.log.Warn("could not shorten raft's timeouts for an election", "error", err)
 		return
 	}
 	defer func() {
-		if err := n.reloadRaft(func(rc *raft.ReloadableConfig) { rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout }); err != nil {
-			n.log.Error("heartbeat timeout not restored after an election", "heartbeat_timeout", n.cfg.HeartbeatTimeout, "error", err)
+		if err := n.reloadRaft(func(rc *raft.ReloadableConfig) {
+			rc.HeartbeatTimeout, rc.ElectionTimeout = n.cfg.HeartbeatTimeout, n.cfg.ElectionTimeout
+		}); err != nil {
+			n.log.Error("raft's timeouts not restored after an election", "heartbeat_timeout", n.cfg.HeartbeatTimeout, "election_timeout", n.cfg.ElectionTimeout, "error", err)
 		}
 	}()
 	giveUp := time.After(4 * n.cfg.HeartbeatTimeout)

@@ -23,9 +23,10 @@ func startNodes(t *testing.T, size int, base Config, listened func(id, addr stri
 	t.Helper()
 	nodes, cfgs := map[string]*Node{}, map[string]Config{}
 	peers := map[string]string{}
-	lns := map[string]net.Listener{}
+	lns, dirs := map[string]net.Listener{}, map[string]string{}
 	for i := 1; i <= size; i++ {
 		id := fmt.Sprintf("n%d", i)
+		dirs[id] = t.TempDir() // before the Close below is registered, so removed after it runs
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -42,7 +43,7 @@ func startNodes(t *testing.T, size int, base Config, listened func(id, addr stri
 	})
 	for id, ln := range lns {
 		cfg := base
-		cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers = id, t.TempDir(), ln.Addr().String(), peers
+		cfg.ID, cfg.DataDir, cfg.RaftAddr, cfg.Peers = id, dirs[id], ln.Addr().String(), peers
 		if cfg.HeartbeatTimeout == 0 {
 			cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
 		}
