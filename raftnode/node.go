@@ -58,6 +58,9 @@ type Node struct {
 	configMu sync.Mutex
 	// reloadMu serializes changes to raft's reloadable settings (reloadRaft).
 	reloadMu sync.Mutex
+	// snapshotMu keeps the node's own raft snapshots (compactPastRefused)
+	// out of a backup restore's install (installBackup).
+	snapshotMu sync.Mutex
 	// appendMu is held shared while a command is handed to Raft, and alone
 	// by a backup restore, so that no command lands between the last index
 	// the restore raises every lock's index to and the index Raft installs

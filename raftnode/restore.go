@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -69,6 +70,36 @@ func (n *Node) installBackup(ctx context.Context, info BackupInfo, m *fsm.Machin
 	defer n.configMu.Unlock()
 	n.appendMu.Lock()
 	defer n.appendMu.Unlock()
+	// No raft snapshot may be in flight across the install. hashicorp/raft
+	// v1.7.3 takes the FSM's state for a snapshot, then persists it and
+	// sets its last snapshot to that index, with nothing ordering that
+	// against a user restore: a periodic snapshot begun at R-1 and
+	// finished after the restore set the last snapshot back below R, the
+	// leader then found neither the entry at R (the restore's hole) nor a
+	// snapshot at R to replicate from, and sent its snapshot to every
+	// follower in a loop, never committing again. So periodic snapshots are
+	// held off (threshold and interval out of reach) and one user snapshot
+	// waits out any in flight before the install; compactPastRefused's
+	// snapshots take snapshotMu.
+	n.snapshotMu.Lock()
+	defer n.snapshotMu.Unlock()
+	if err := n.reloadRaft(func(rc *raft.ReloadableConfig) {
+		rc.SnapshotThreshold, rc.SnapshotInterval = math.MaxUint64, 24*time.Hour
+	}); err != nil {
+		return false, fmt.Errorf("restore: hold snapshots off: %w", err)
+	}
+	defer func() {
+		if err := n.reloadRaft(func(rc *raft.ReloadableConfig) {
+			rc.SnapshotThreshold, rc.SnapshotInterval = n.cfg.SnapshotThreshold, n.cfg.SnapshotInterval
+		}); err != nil {
+			n.log.Error("snapshot settings not restored after a restore", "error", err)
+		}
+	}()
+	// Any answer but a shutdown says raft's snapshot goroutine, which
+	// takes snapshots one at a time, has finished whatever was in flight.
+	if err := n.raft.Snapshot().Error(); errors.Is(err, raft.ErrRaftShutdown) {
+		return false, raftError("restore: wait for a snapshot in flight", err)
+	}
 	if err := n.raft.Barrier(n.timeoutFrom(ctx)).Error(); err != nil {
 		return false, raftError("restore: wait for entries in flight", err)
 	}

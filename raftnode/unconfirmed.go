@@ -440,7 +440,9 @@ func (n *Node) compactPastRefused() {
 		failed()
 		return
 	}
+	n.snapshotMu.Lock() // never across a backup restore's install (installBackup)
 	err = n.raft.Snapshot().Error()
+	n.snapshotMu.Unlock()
 	if rerr := n.reloadRaft(func(rc *raft.ReloadableConfig) { rc.TrailingLogs = trailing }); rerr != nil {
 		n.log.Error("compaction for a follower: trailing logs not restored", "trailing_logs", trailing, "error", rerr)
 	}
