@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,39 +23,16 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/raftlock/raftlock/internal/proccpu"
 	"github.com/raftlock/raftlock/internal/testenv"
 	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
-func renewEnv(b *testing.B, key string, def int) int {
-	if v := os.Getenv(key); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatalf("%s=%q: %v", key, v, err)
-		}
-		return n
-	}
-	return def
-}
-
-// procCPUSeconds is a process's user+system CPU time so far.
-func procCPUSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return -1
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
-}
-
 // renewLoad holds the locks with hold, lets the watchdogs reach their steady
 // state, then measures the leader's log entries and CPU for a window.
 func renewLoad(b *testing.B, hold func(ctx context.Context, c *Client, names []string) (lost func() int, release func())) {
-	n := renewEnv(b, "RAFTLOCK_RENEW_LOCKS", 10_000)
-	ttl := time.Duration(renewEnv(b, "RAFTLOCK_RENEW_TTL_MS", 10_000)) * time.Millisecond
+	n := testenv.EnvInt(b, "RAFTLOCK_RENEW_LOCKS", 10_000)
+	ttl := time.Duration(testenv.EnvInt(b, "RAFTLOCK_RENEW_TTL_MS", 10_000)) * time.Millisecond
 	pc := testenv.StartProcs(b, procs.Options{StopTimeout: 30 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -88,14 +64,22 @@ func renewLoad(b *testing.B, hold func(ctx context.Context, c *Client, names []s
 	if err != nil {
 		b.Fatal(err)
 	}
-	cpu0, t0 := procCPUSeconds(leader.Pid()), time.Now()
+	cpu0, err := proccpu.Used(leader.Pid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
 	time.Sleep(window)
 	info1, err := pc.Info(ctx, leader)
 	if err != nil {
 		b.Fatal(err)
 	}
 	el := time.Since(t0)
-	cpu := (procCPUSeconds(leader.Pid()) - cpu0) / el.Seconds()
+	cpu1, err := proccpu.Used(leader.Pid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu := (cpu1 - cpu0).Seconds() / el.Seconds()
 	entries := float64(info1.CommitIndex-info0.CommitIndex) / el.Seconds()
 	load, _ := os.ReadFile("/proc/loadavg")
 	b.Logf("%d locks, TTL %s, over %s: %.1f log entries/s, leader CPU %.1f%% of one core, %d locks lost; loadavg %s",
@@ -166,7 +150,7 @@ func acquireAll(b *testing.B, names []string, acquire func(i int) error) {
 // BenchmarkRenewLoad/sessions: the locks are spread over a few sessions,
 // and only the sessions are renewed.
 func BenchmarkRenewLoad(b *testing.B) {
-	ttl := time.Duration(renewEnv(b, "RAFTLOCK_RENEW_TTL_MS", 10_000)) * time.Millisecond
+	ttl := time.Duration(testenv.EnvInt(b, "RAFTLOCK_RENEW_TTL_MS", 10_000)) * time.Millisecond
 	b.Run("leases", func(b *testing.B) {
 		renewLoad(b, func(ctx context.Context, c *Client, names []string) (func() int, func()) {
 			leases := make([]*Lease, len(names))
@@ -191,7 +175,7 @@ func BenchmarkRenewLoad(b *testing.B) {
 		})
 	})
 	b.Run("sessions", func(b *testing.B) {
-		k := renewEnv(b, "RAFTLOCK_RENEW_SESSIONS", 10)
+		k := testenv.EnvInt(b, "RAFTLOCK_RENEW_SESSIONS", 10)
 		renewLoad(b, func(ctx context.Context, c *Client, names []string) (func() int, func()) {
 			sessions := make([]*Session, k)
 			for i := range sessions {

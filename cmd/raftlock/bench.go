@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/raftlock/raftlock/internal/proccpu"
 )
 
 const benchHelp = `Usage: raftlock bench [flags]
@@ -95,7 +97,7 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 		return c.usageError(err)
 	}
 	for _, p := range cfg.servers {
-		if _, err := procCPU(p.pid); err != nil {
+		if _, err := proccpu.Used(p.pid); err != nil {
 			return c.usageError(fmt.Errorf("--server-pids: %w", err))
 		}
 	}

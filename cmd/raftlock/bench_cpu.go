@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/raftlock/raftlock/internal/proccpu"
 )
 
 // A CPU-bound service serves cores ÷ (CPU per operation), so bench reports
@@ -17,11 +18,6 @@ import (
 // move with how many cores the machine has or how many other programs share
 // them. It is read from /proc/PID/stat of each server process (utime+stime)
 // before and after the measured window; bench's own CPU is not in it.
-
-// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat. Linux
-// fixes it at 100 for every architecture Go supports; sysconf(_SC_CLK_TCK)
-// would need cgo to say the same.
-const clockTicks = 100
 
 // serverProc is one server process bench samples: its name (a raftlock node
 // id, when it is a node, so that bench can tell the leader) and pid.
@@ -57,43 +53,6 @@ func parseServerPids(s string) ([]serverProc, error) {
 	return out, nil
 }
 
-// procCPU is the CPU time (user+system) process pid has used so far.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, fmt.Errorf("cpu of pid %d: %w", pid, err)
-	}
-	ticks, err := parseProcStatCPU(string(b))
-	if err != nil {
-		return 0, fmt.Errorf("cpu of pid %d: %w", pid, err)
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
-}
-
-// parseProcStatCPU is utime+stime, in clock ticks, of one /proc/PID/stat
-// line. The command name (field 2) is in parentheses and may itself hold
-// spaces and parentheses, so fields are counted from the last ')'.
-func parseProcStatCPU(stat string) (uint64, error) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("stat %q: no command name", stat)
-	}
-	// After ") " come field 3 (state) onwards: utime is field 14, stime 15.
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("stat: %d fields after the command name, want at least 13", len(f))
-	}
-	utime, err := strconv.ParseUint(f[11], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("stat utime %q: %w", f[11], err)
-	}
-	stime, err := strconv.ParseUint(f[12], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("stat stime %q: %w", f[12], err)
-	}
-	return utime + stime, nil
-}
-
 // cpuSample is every server's CPU and the cluster's commit index at one
 // moment.
 type cpuSample struct {
@@ -117,7 +76,7 @@ func (m *cpuMeter) sample(ctx context.Context) (cpuSample, error) {
 		s.commit, s.leader = st.CommitIndex, st.Leader
 	}
 	for _, p := range m.procs {
-		c, err := procCPU(p.pid)
+		c, err := proccpu.Used(p.pid)
 		if err != nil {
 			return s, err
 		}

@@ -35,17 +35,6 @@ import (
 	"github.com/raftlock/raftlock/internal/testenv/procs"
 )
 
-func scaleEnv(b *testing.B, key string, def int) int {
-	if v := os.Getenv(key); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatalf("%s=%q: %v", key, v, err)
-		}
-		return n
-	}
-	return def
-}
-
 // procCluster is three `raftlock serve` processes (procs.Cluster) that a
 // benchmark stops and restarts.
 type procCluster struct {
@@ -303,7 +292,7 @@ func scaleLeaseID(prefix string, i int64) string {
 // node, snapshot size and time, and how long a node takes to restart from
 // its data dir (log replay, then from a snapshot).
 func BenchmarkScaleHeldLocks(b *testing.B) {
-	n := scaleEnv(b, "RAFTLOCK_SCALE_LOCKS", 1_000_000)
+	n := testenv.EnvInt(b, "RAFTLOCK_SCALE_LOCKS", 1_000_000)
 	// No snapshot while loading: the log grows to n entries, so the first
 	// restart replays it all; then a lower threshold makes one snapshot.
 	c := startProcCluster(b, "--snapshot-threshold", strconv.Itoa(4*n), "--trailing-logs", "10240", "--snapshot-interval", "2s")
@@ -391,7 +380,7 @@ func BenchmarkScaleHeldLocks(b *testing.B) {
 // cycles on other locks, and reports how long the expired locks took to be
 // free and the workers' acquire latency meanwhile.
 func BenchmarkScaleExpiry(b *testing.B) {
-	n := scaleEnv(b, "RAFTLOCK_SCALE_EXPIRIES", 100_000)
+	n := testenv.EnvInt(b, "RAFTLOCK_SCALE_EXPIRIES", 100_000)
 	c := startProcCluster(b)
 	t := c.target(64)
 	// Aim the expiry well past the end of loading, at ~1,000 acquires/s at worst.
@@ -497,8 +486,8 @@ func BenchmarkScaleExpiry(b *testing.B) {
 // BenchmarkScaleRenewal keeps 10,000 leases held by renewing each every
 // TTL/3 for 30s, and reports renew latency, leases lost and leader CPU.
 func BenchmarkScaleRenewal(b *testing.B) {
-	n := scaleEnv(b, "RAFTLOCK_SCALE_HOLDERS", 10_000)
-	ttl := time.Duration(scaleEnv(b, "RAFTLOCK_SCALE_RENEW_TTL_MS", 10_000)) * time.Millisecond
+	n := testenv.EnvInt(b, "RAFTLOCK_SCALE_HOLDERS", 10_000)
+	ttl := time.Duration(testenv.EnvInt(b, "RAFTLOCK_SCALE_RENEW_TTL_MS", 10_000)) * time.Millisecond
 	c := startProcCluster(b)
 	t := c.target(256)
 	took, failed := load(b, t, "ren/", n, 64, func() time.Duration { return ttl })

@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -467,4 +469,18 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// EnvInt is the integer in the environment variable key, or def when it is
+// unset: how the long benchmarks take their sizes.
+func EnvInt(tb testing.TB, key string, def int) int {
+	tb.Helper()
+	if v := os.Getenv(key); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			tb.Fatalf("%s=%q: %v", key, v, err)
+		}
+		return n
+	}
+	return def
 }
