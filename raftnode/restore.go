@@ -78,20 +78,19 @@ func (n *Node) installBackup(ctx context.Context, info BackupInfo, m *fsm.Machin
 	// leader then found neither the entry at R (the restore's hole) nor a
 	// snapshot at R to replicate from, and sent its snapshot to every
 	// follower in a loop, never committing again. So periodic snapshots are
-	// held off (threshold and interval out of reach) and one user snapshot
+	// held off (a threshold out of reach) and one user snapshot
 	// waits out any in flight before the install; compactPastRefused's
 	// snapshots take snapshotMu.
 	n.snapshotMu.Lock()
 	defer n.snapshotMu.Unlock()
-	if err := n.reloadRaft(func(rc *raft.ReloadableConfig) {
-		rc.SnapshotThreshold, rc.SnapshotInterval = math.MaxUint64, 24*time.Hour
-	}); err != nil {
+	// Only the threshold: raft reads it each time its snapshot timer fires,
+	// while a changed interval would take effect only after the timer armed
+	// meanwhile had run out (a day, had it been raised too).
+	if err := n.reloadRaft(func(rc *raft.ReloadableConfig) { rc.SnapshotThreshold = math.MaxUint64 }); err != nil {
 		return false, fmt.Errorf("restore: hold snapshots off: %w", err)
 	}
 	defer func() {
-		if err := n.reloadRaft(func(rc *raft.ReloadableConfig) {
-			rc.SnapshotThreshold, rc.SnapshotInterval = n.cfg.SnapshotThreshold, n.cfg.SnapshotInterval
-		}); err != nil {
+		if err := n.reloadRaft(func(rc *raft.ReloadableConfig) { rc.SnapshotThreshold = n.cfg.SnapshotThreshold }); err != nil {
 			n.log.Error("snapshot settings not restored after a restore", "error", err)
 		}
 	}()

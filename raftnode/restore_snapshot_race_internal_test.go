@@ -74,4 +74,23 @@ func TestRestoreWhileRaftSnapshotsKeepsCommitting(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	// And raft's own snapshots go on after the restores: the hold-off must
+	// leave its snapshot timer as it was.
+	close(stop)
+	wg.Wait()
+	stop = make(chan struct{})
+	wg.Add(1)
+	go func() { defer wg.Done(); <-stop }()
+	leader = tr.leader()
+	before := leader.lastSnapshotIndex()
+	for i := range 5 {
+		acquireOrFail(t, leader, fmt.Sprintf("end/%d", i))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for leader.lastSnapshotIndex() <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("no raft snapshot past index %d within 10 s of the last restore (snapshot interval 5 ms, threshold 1)", before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
