@@ -88,6 +88,8 @@ const (
 const (
 	// MaxBody is the most bytes a request body may have (413 above).
 	MaxBody = 64 << 10
+	// MaxBatchCalls is the most calls one POST /v1/batch may carry.
+	MaxBatchCalls = 256
 	// MaxName is the most bytes of a lock name (and of a list prefix).
 	MaxName = 512
 	// MaxOwner is the most bytes of an owner.

@@ -56,6 +56,7 @@ var routeRoles = map[string]Role{
 	"POST /v1/locks/renew":                 RoleReadWrite,
 	"POST /v1/locks/release":               RoleReadWrite,
 	"POST /v1/locks/update":                RoleReadWrite,
+	"POST /v1/batch":                       RoleReadWrite, // and each call its own route's role
 	"POST /v1/sessions":                    RoleReadWrite,
 	"POST /v1/sessions/renew":              RoleReadWrite,
 	"POST /v1/sessions/close":              RoleReadWrite,

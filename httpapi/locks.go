@@ -262,6 +262,10 @@ func writeHandler[R any, P interface {
 				return
 			}
 		}
+		if extra != nil && extra(req) > 0 && batched(r.Context()) {
+			writeError(w, badRequest("wait_ms: a batched call cannot wait (it would hold the batch's other answers); send a waiting acquire on its own"))
+			return
+		}
 		if extra != nil {
 			ctx, cancel := context.WithTimeout(r.Context(), extra(req)+s.opts.RequestTimeout)
 			defer cancel()

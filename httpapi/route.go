@@ -9,7 +9,7 @@ import (
 const lockPathPrefix = "/v1/locks/"
 
 // hotRoutes serves the routes every lock cycle takes (acquire, renew,
-// release and a lock's read) without the router's matching: a regexp run
+// release, a batch of them and a lock's read) without the router's matching: a regexp run
 // per route tried, a map of path variables and two copies of the request
 // to carry the match. It picks exactly the route the router would: the router
 // matches the escaped path (UseEncodedPath, SkipClean) against each
@@ -18,8 +18,8 @@ const lockPathPrefix = "/v1/locks/"
 // router. The handler run is the route's own chain, so metrics, in-flight
 // cap, authorization and body rules are the same either way.
 type hotRoutes struct {
-	router                             http.Handler
-	acquire, renew, release, getByName hotRoute
+	router                                    http.Handler
+	acquire, renew, release, getByName, batch hotRoute
 }
 
 // hotRoute is one route's chain, and its template for the tests.
@@ -37,6 +37,8 @@ func (h *hotRoutes) add(method, tmpl string, chain http.Handler) {
 		h.renew = hotRoute{tmpl, chain}
 	case "POST /v1/locks/release":
 		h.release = hotRoute{tmpl, chain}
+	case "POST " + pathBatch:
+		h.batch = hotRoute{tmpl, chain}
 	case "GET " + lockPathPrefix + "{name:.+}":
 		h.getByName = hotRoute{tmpl, chain}
 	}
@@ -64,6 +66,8 @@ func (h *hotRoutes) match(r *http.Request) *hotRoute {
 			return &h.renew
 		case "/v1/locks/release":
 			return &h.release
+		case pathBatch:
+			return &h.batch
 		}
 	case http.MethodGet:
 		// No route before GET /v1/locks/{name:.+} matches a GET of such a

@@ -135,6 +135,7 @@ func New(store Store, opts Options) *Server {
 	handle(http.MethodPost, "/v1/locks/renew", writeHandler(s, nil, s.renew))
 	handle(http.MethodPost, "/v1/locks/release", writeHandler(s, nil, s.release))
 	handle(http.MethodPost, "/v1/locks/update", writeHandler(s, nil, s.update))
+	handle(http.MethodPost, pathBatch, s.batch)
 	handle(http.MethodGet, "/v1/locks", s.list)
 	handle(http.MethodGet, "/v1/locks/{name:.+}", s.get)
 	handle(http.MethodPost, "/v1/sessions", writeHandler(s, nil, s.createSession))

@@ -365,6 +365,29 @@ func runContract(t *testing.T, spec []byte, cl *testenv.Cluster) {
 	st, b = c.do(call{method: "POST", url: L + "/v1/locks/release", body: `{"name":"contract-b","force":true}`})
 	c.want(st, b, 200)
 
+	// A batch: each call answered as it would be alone, in the order sent,
+	// through a follower (each call forwarded) and on the leader.
+	st, b = c.do(call{method: "POST", url: F + "/v1/batch", body: `{"calls":[` +
+		`{"path":"/v1/locks/acquire","body":{"name":"contract-batch","owner":"o","ttl_ms":10000,"lease_id":"batchbatchbatch-01"}},` +
+		`{"path":"/v1/locks/release","body":{"name":"contract-nothing","lease_id":"batchbatchbatch-02"}}]}`})
+	c.want(st, b, 200)
+	res := decode[struct {
+		Results []struct {
+			Status int             `json:"status"`
+			Body   json.RawMessage `json:"body"`
+		} `json:"results"`
+	}](t, b).Results
+	if len(res) != 2 || res[0].Status != 200 || res[1].Status != 409 {
+		t.Fatalf("batch through a follower: %s, want an acquire's 200 then a release's 409", b)
+	}
+	st, b = c.do(call{method: "POST", url: L + "/v1/batch", body: `{"calls":[` +
+		`{"path":"/v1/locks/renew","body":{"name":"contract-batch","lease_id":"batchbatchbatch-01","ttl_ms":20000}},` +
+		`{"path":"/v1/locks/acquire","body":{"name":"contract-batch","ttl_ms":10000}}]}`})
+	c.want(st, b, 200)
+	if !strings.Contains(string(b), `"status":200`) || !strings.Contains(string(b), `"status":409`) {
+		t.Fatalf("batch on the leader: %s, want a renew's 200 and a held acquire's 409", b)
+	}
+
 	// A lock delay: held answers carry retry_after_ms once the lease expires.
 	st, b = c.do(call{method: "POST", url: L + "/v1/locks/acquire", body: `{"name":"contract-d","ttl_ms":500,"lock_delay_ms":60000}`})
 	c.want(st, b, 200)
@@ -393,6 +416,9 @@ func runContract(t *testing.T, spec []byte, cl *testenv.Cluster) {
 		{call{method: "GET", url: F + "/v1/locks/x?stale=maybe", invalid: true}, 400},
 		{call{method: "GET", url: L + "/v1/locks?prefix=%zz", invalid: true}, 400},
 		{call{method: "GET", url: L + "/v1/locks?limit=0", invalid: true}, 400},
+		{call{method: "POST", url: L + "/v1/batch", body: `{"calls":[]}`, invalid: true}, 400},
+		{call{method: "POST", url: F + "/v1/batch", body: `{"calls":[{"path":"/v1/sessions","body":{}}]}`, invalid: true}, 400},
+		{call{method: "POST", url: L + "/v1/batch", body: `{"calls":[{"path":"/v1/locks/acquire","body":{"name":"x","wait_ms":100}}]}`}, 200},
 		{call{method: "GET", url: F + "/v1/nothing-here"}, 404},
 		{call{method: "PUT", url: F + "/v1/cluster", body: `{}`}, 405},
 		{call{method: "POST", url: L + "/v1/cluster/join", body: `{"id":"n9","raft_addr":"0.0.0.0:0"}`, invalid: true}, 400},

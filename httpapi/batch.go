@@ -1,0 +1,214 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+
+	"github.com/raftlock/raftlock/api"
+)
+
+// POST /v1/batch carries several lock calls in one HTTP exchange. Each
+// call is served exactly as the request it names would be, through that
+// route's own chain (metrics, in-flight cap, authorization with the
+// batch's token, body rules, admission) and its own Raft entry, so its
+// answer, its fencing token and what it may have done are those of the
+// single request. The calls of a batch run at once and in no promised
+// order: a client puts in one batch only calls it would have sent at
+// once on separate connections.
+//
+// What the batch saves is the exchange: one read and one write on the
+// connection, one goroutine wake-up and one response head for the whole
+// batch, instead of one of each per call. A client with many calls in
+// flight to one node (the Go client's coalescing) sends them this way.
+
+// pathBatch is the batch route.
+const pathBatch = "/v1/batch"
+
+// batchRequest is the body of POST /v1/batch.
+type batchRequest struct {
+	Calls []batchCall `json:"calls"`
+}
+
+// batchCall is one call of a batch: the path of a batchable route and the
+// JSON body that request would carry.
+type batchCall struct {
+	Path string          `json:"path"`
+	Body json.RawMessage `json:"body"`
+}
+
+// batchRoutes are the routes a batch may call: the lock cycle's writes,
+// which never wait. An acquire with wait_ms would hold every other answer
+// of its batch until it ends, so it is refused in a batch.
+var batchRoutes = map[string]bool{pathAcquire: true, pathRenew: true, pathRelease: true}
+
+func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
+	if err := jsonContentType(r); err != nil {
+		writeError(w, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	calls, err := decodeBatch(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	results := make([]subResponse, len(calls))
+	// A call is not a request of the connection: guard and the body
+	// deadline must not find the connection through its context.
+	ctx := context.WithValue(r.Context(), connKey{}, (*limitedConn)(nil))
+	ctx = context.WithValue(ctx, batchedKey{}, true)
+	var wg sync.WaitGroup
+	for i := range calls {
+		sub := subRequest(ctx, r, calls[i])
+		route := s.routes.match(sub)
+		if i == len(calls)-1 {
+			route.chain.ServeHTTP(&results[i], sub) // the last on this goroutine
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			route.chain.ServeHTTP(&results[i], sub)
+		}()
+	}
+	wg.Wait()
+	writeBatch(w, results)
+}
+
+// batchedKey marks the context of a batched call.
+type batchedKey struct{}
+
+func batched(ctx context.Context) bool { return ctx.Value(batchedKey{}) != nil }
+
+// decodeBatch parses and checks a batch as a whole; a refused batch runs
+// none of its calls. Each call's body is checked by its own route.
+func decodeBatch(body []byte) ([]batchCall, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var req batchRequest
+	if err := dec.Decode(&req); err != nil {
+		return nil, badRequest("batch: %v", err)
+	}
+	if dec.More() {
+		return nil, badRequest("batch: data after the JSON object")
+	}
+	if len(req.Calls) == 0 || len(req.Calls) > api.MaxBatchCalls {
+		return nil, badRequest("calls: %d calls; a batch has 1 to %d", len(req.Calls), api.MaxBatchCalls)
+	}
+	for i, c := range req.Calls {
+		if !batchRoutes[c.Path] {
+			return nil, badRequest("calls[%d].path: %q cannot be batched; a batch carries %s, %s and %s", i, c.Path, pathAcquire, pathRenew, pathRelease)
+		}
+		if b := bytes.TrimLeft(c.Body, " \t\r\n"); len(b) == 0 || b[0] != '{' {
+			return nil, badRequest("calls[%d].body: want the JSON object the path's request would carry", i)
+		}
+	}
+	return req.Calls, nil
+}
+
+// subRequest is the request call stands for, with the batch's headers (its
+// token among them) and its body.
+func subRequest(ctx context.Context, r *http.Request, call batchCall) *http.Request {
+	sub := &http.Request{
+		Method:        http.MethodPost,
+		URL:           &url.URL{Path: call.Path},
+		Proto:         r.Proto,
+		ProtoMajor:    r.ProtoMajor,
+		ProtoMinor:    r.ProtoMinor,
+		Header:        r.Header, // read only: no handler writes a request's header
+		Body:          io.NopCloser(bytes.NewReader(call.Body)),
+		ContentLength: int64(len(call.Body)),
+		Host:          r.Host,
+		RemoteAddr:    r.RemoteAddr,
+		RequestURI:    call.Path,
+		TLS:           r.TLS,
+	}
+	return sub.WithContext(ctx)
+}
+
+// subResponse records one call's answer.
+type subResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (s *subResponse) Header() http.Header {
+	if s.header == nil {
+		s.header = make(http.Header, 4)
+	}
+	return s.header
+}
+
+func (s *subResponse) WriteHeader(status int) {
+	if s.status == 0 {
+		s.status = status
+	}
+}
+
+func (s *subResponse) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.body.Write(p)
+}
+
+// writeBatch answers 200 with each call's status, the headers its own
+// answer would have had (Retry-After, say) and its body, in the order of
+// the calls.
+func writeBatch(w http.ResponseWriter, results []subResponse) {
+	var b bytes.Buffer
+	b.WriteString(`{"results":[`)
+	for i := range results {
+		res := &results[i]
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"status":`)
+		b.WriteString(strconv.Itoa(res.status))
+		first := true
+		for k, vs := range res.header {
+			if k == "Content-Type" || len(vs) == 0 {
+				continue
+			}
+			if first {
+				b.WriteString(`,"headers":{`)
+				first = false
+			} else {
+				b.WriteByte(',')
+			}
+			writeJSONString(&b, k)
+			b.WriteByte(':')
+			writeJSONString(&b, vs[0])
+		}
+		if !first {
+			b.WriteByte('}')
+		}
+		b.WriteString(`,"body":`)
+		body := bytes.TrimSpace(res.body.Bytes())
+		if len(body) == 0 {
+			body = []byte("null")
+		}
+		b.Write(body)
+		b.WriteByte('}')
+	}
+	b.WriteString("]}\n")
+	w.Header()["Content-Type"] = jsonType
+	w.WriteHeader(http.StatusOK)
+	w.Write(b.Bytes())
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	q, _ := json.Marshal(s) // a string always encodes
+	b.Write(q)
+}
