@@ -46,7 +46,18 @@ type Client struct {
 	leader    string               // leader's node id, "" if unknown
 	addrs     map[string]string    // node id -> base URL
 	lookedUp  map[string]bool      // leader ids whose address was looked up in /v1/cluster
+
+	coalesce   bool
+	coalescers map[string]*coalescer // endpoint -> its queue of calls
 }
+
+// WithCoalescing turns coalescing on or off (default on): with it, when
+// calls of the lock cycle (an acquire that does not wait, a renew, a
+// release) to one node would queue behind two exchanges already under way,
+// they go to the node together in one POST /v1/batch, each answered as it
+// would have been alone. It costs a lone call nothing and saves the nodes
+// most of their work per call under load.
+func WithCoalescing(on bool) Option { return func(c *Client) { c.coalesce = on } }
 
 // Option configures a Client.
 type Option func(*Client)
@@ -110,6 +121,8 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		addrs:          map[string]string{},
 		lookedUp:       map[string]bool{},
 		owner:          hostname(),
+		coalesce:       true,
+		coalescers:     map[string]*coalescer{},
 	}
 	for _, o := range opts {
 		o(c)

@@ -3,10 +3,12 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -253,4 +255,69 @@ func TestClusterLostNoLaterThanDeadline(t *testing.T) {
 		t.Fatalf("lost %v before the deadline: %v", deadline.Sub(lostAt), lease.Err())
 	}
 	lease.Detach()
+}
+
+// Many goroutines sharing one client on a few contended locks: their calls
+// go to the leader in batches (the node counts POST /v1/batch), and a lock
+// still has one holder at a time, each grant with a token above the
+// lock's last one.
+func TestClusterCoalescedCallsKeepLocksExclusive(t *testing.T) {
+	cl := testenv.Start(t, 3)
+	c := newClusterClient(t, cl.Endpoints())
+	ctx := testenv.Context(t, 60*time.Second)
+	const workers, rounds, locks = 32, 25, 4
+	var holders [locks]atomic.Int32
+	var lastToken [locks]atomic.Uint64
+	var granted atomic.Int64
+	errc := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range rounds {
+				k := (w + i) % locks
+				name := "coalesced/" + string(rune('a'+k))
+				l, err := c.TryAcquire(ctx, name, AcquireOptions{TTL: 10 * time.Second})
+				if errors.Is(err, ErrHeld) {
+					continue
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+				l.Detach()
+				if n := holders[k].Add(1); n != 1 {
+					errc <- errors.New(name + ": two holders at once")
+					return
+				}
+				if prev := lastToken[k].Swap(l.Token()); prev >= l.Token() {
+					errc <- errors.New(name + ": fencing token did not rise")
+					return
+				}
+				granted.Add(1)
+				holders[k].Add(-1)
+				if err := l.Release(ctx); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if granted.Load() == 0 {
+		t.Fatal("no acquire succeeded")
+	}
+	resp, err := http.Get(cl.Leader().URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !regexp.MustCompile(`raftlock_http_requests_total\{[^}]*route="/v1/batch"[^}]*\} [1-9]`).Match(body) {
+		t.Fatalf("the leader counted no batch: %d workers on one client never queued (metrics: %s)", workers,
+			regexp.MustCompile(`(?m)^raftlock_http_requests_total.*$`).FindAll(body, -1))
+	}
 }

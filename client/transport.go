@@ -211,8 +211,16 @@ func (cl *call) answered(u string, sent time.Time, attempt int, resp *response, 
 	return true, apiErr
 }
 
-// send makes one attempt at u.
+// send makes one attempt at u, alone or in a batch (coalesce.go).
 func (c *Client) send(ctx context.Context, u string, r request, body []byte) (*response, error) {
+	if c.coalesce && batchable(r) {
+		return c.coalescerFor(u).send(ctx, r, body)
+	}
+	return c.sendOne(ctx, u, r, body)
+}
+
+// sendOne makes one attempt at u in an exchange of its own.
+func (c *Client) sendOne(ctx context.Context, u string, r request, body []byte) (*response, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout+r.serverWait)
 	defer cancel()
 	target := u + r.path
@@ -288,6 +296,10 @@ func (c *Client) backoff(attempt int) time.Duration {
 // notSent reports whether err shows that the request never reached a
 // server (so retrying it can not apply it twice).
 func notSent(err error) bool {
+	var queued *errNotSent
+	if errors.As(err, &queued) {
+		return true
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true

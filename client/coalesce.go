@@ -1,0 +1,235 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/raftlock/raftlock/api"
+)
+
+// Coalescing. The lock cycle's calls to one node (an acquire that does not
+// wait, a renew, a release) go out at once while fewer than
+// coalesceInflight exchanges with that node are under way. Calls made
+// meanwhile wait for the next exchange to end and then go together, in
+// one POST /v1/batch. The node serves each call of a batch as the request
+// it stands for, so each answer is the one the call would have had alone;
+// what a batch saves is the node's work per exchange (a read, a write, a
+// wake-up and a response head), which is most of a leader's work per call.
+// A lone call, or two at once, is never held back: coalescing only starts
+// when calls would otherwise queue at the node.
+
+// coalesceInflight is how many exchanges with one node may be under way
+// before further calls wait to go together. Two keeps a node busy between
+// exchanges; more made smaller batches and cost the leader more CPU per
+// call (docs/PERFORMANCE.md).
+const coalesceInflight = 2
+
+// batchable reports whether r may go in a batch: the routes the API
+// batches, and no server-side wait, which would hold the batch's answers.
+func batchable(r request) bool {
+	if r.method != http.MethodPost || r.serverWait > 0 || r.query != "" {
+		return false
+	}
+	switch r.path {
+	case "/v1/locks/acquire", "/v1/locks/renew", "/v1/locks/release":
+		return true
+	}
+	return false
+}
+
+// coalescer is the queue of calls to one node.
+type coalescer struct {
+	c *Client
+	u string
+
+	mu       sync.Mutex
+	inflight int
+	queue    []*queued
+	alone    bool // the node answered a batch 404: it has none, every call goes alone
+}
+
+type queued struct {
+	ctx  context.Context
+	r    request
+	body []byte
+	done chan sent // buffered: the sender never waits for the caller
+}
+
+type sent struct {
+	resp *response
+	err  error
+}
+
+// errNotSent is the error of a call whose context ended while it waited
+// for a batch: it never left the client.
+type errNotSent struct{ err error }
+
+func (e *errNotSent) Error() string { return "not sent: " + e.err.Error() }
+func (e *errNotSent) Unwrap() error { return e.err }
+
+func (c *Client) coalescerFor(u string) *coalescer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.coalescers[u]
+	if q == nil {
+		q = &coalescer{c: c, u: u}
+		c.coalescers[u] = q
+	}
+	return q
+}
+
+// send sends r to the node in an exchange of its own, or queues it for
+// the next batch.
+func (q *coalescer) send(ctx context.Context, r request, body []byte) (*response, error) {
+	q.mu.Lock()
+	if q.inflight < coalesceInflight || q.alone {
+		q.inflight++
+		q.mu.Unlock()
+		resp, err := q.c.sendOne(ctx, q.u, r, body)
+		q.exchangeDone()
+		return resp, err
+	}
+	it := &queued{ctx: ctx, r: r, body: body, done: make(chan sent, 1)}
+	q.queue = append(q.queue, it)
+	q.mu.Unlock()
+	select {
+	case res := <-it.done:
+		return res.resp, res.err
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	for i, other := range q.queue {
+		if other == it {
+			q.queue = append(q.queue[:i], q.queue[i+1:]...)
+			q.mu.Unlock()
+			return nil, &errNotSent{ctx.Err()}
+		}
+	}
+	q.mu.Unlock()
+	// Already taken into a batch: its answer says what became of it.
+	res := <-it.done
+	return res.resp, res.err
+}
+
+// exchangeDone ends one exchange; the calls queued meanwhile, if any, go
+// out in its place.
+func (q *coalescer) exchangeDone() {
+	q.mu.Lock()
+	if len(q.queue) == 0 {
+		q.inflight--
+		q.mu.Unlock()
+		return
+	}
+	n := min(len(q.queue), api.MaxBatchCalls)
+	calls := append([]*queued(nil), q.queue[:n]...)
+	q.queue = append(q.queue[:0], q.queue[n:]...)
+	q.mu.Unlock()
+	go func() {
+		q.sendBatch(calls)
+		q.exchangeDone()
+	}()
+}
+
+// sendBatch sends calls in one exchange and hands each its answer.
+func (q *coalescer) sendBatch(calls []*queued) {
+	if len(calls) == 1 {
+		it := calls[0]
+		resp, err := q.c.sendOne(it.ctx, q.u, it.r, it.body)
+		it.done <- sent{resp, err}
+		return
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"calls":[`)
+	for i, it := range calls {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"path":"`)
+		b.WriteString(it.r.path) // one of batchable's, nothing to escape
+		b.WriteString(`","body":`)
+		b.Write(it.body)
+		b.WriteByte('}')
+	}
+	b.WriteString("]}")
+	// The exchange is the calls', not any one caller's: a caller that gives
+	// up meanwhile gets its own context's error from the call loop, and the
+	// others their answers.
+	ctx := context.WithoutCancel(calls[0].ctx)
+	resp, err := q.c.sendOne(ctx, q.u, request{method: http.MethodPost, path: "/v1/batch"}, b.Bytes())
+	switch {
+	case err == nil && resp.status == http.StatusNotFound:
+		// A node from before batches: the router ran none of the calls.
+		q.mu.Lock()
+		q.alone = true
+		q.mu.Unlock()
+		q.c.log.Debug("node has no batches: sending each call alone", "endpoint", q.u)
+		var wg sync.WaitGroup
+		for _, it := range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := q.c.sendOne(it.ctx, q.u, it.r, it.body)
+				it.done <- sent{resp, err}
+			}()
+		}
+		wg.Wait()
+		return
+	case err != nil || resp.status != http.StatusOK:
+		// The exchange failed (every call's outcome is unknown) or the
+		// batch was refused as a whole before any call ran (a 401, a 429,
+		// a 503): either way each call has that answer.
+		for _, it := range calls {
+			it.done <- sent{resp, err}
+		}
+		return
+	}
+	answers, err := splitBatchAnswer(resp, len(calls))
+	for i, it := range calls {
+		if err != nil {
+			it.done <- sent{nil, err}
+			continue
+		}
+		it.done <- sent{answers[i], nil}
+	}
+}
+
+// batchAnswer is the body of a 200 answer to POST /v1/batch.
+type batchAnswer struct {
+	Results []struct {
+		Status  int               `json:"status"`
+		Headers map[string]string `json:"headers"`
+		Body    json.RawMessage   `json:"body"`
+	} `json:"results"`
+}
+
+// errBatchAnswer: the node answered a batch 200 with a body that does not
+// give each call its answer. The calls ran, so their outcomes are unknown.
+var errBatchAnswer = errors.New("raftlock: malformed answer to a batch")
+
+// splitBatchAnswer turns a batch's answer into each call's, with the
+// headers of the batch's answer (the node's and the leader's ids) and the
+// call's own.
+func splitBatchAnswer(resp *response, calls int) ([]*response, error) {
+	var ans batchAnswer
+	if err := json.Unmarshal(resp.body, &ans); err != nil {
+		return nil, fmt.Errorf("%w: %w", errBatchAnswer, err)
+	}
+	if len(ans.Results) != calls {
+		return nil, fmt.Errorf("%w: %d results for %d calls", errBatchAnswer, len(ans.Results), calls)
+	}
+	out := make([]*response, calls)
+	for i, res := range ans.Results {
+		h := resp.header.Clone()
+		h.Del("Content-Type")
+		for k, v := range res.Headers {
+			h.Set(k, v)
+		}
+		out[i] = &response{status: res.Status, header: h, body: res.Body}
+	}
+	return out, nil
+}

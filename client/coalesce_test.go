@@ -1,0 +1,257 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftlock/raftlock/internal/testenv"
+)
+
+// batchNode is a node that answers acquires (alone or in batches) with a
+// lease of the lock named, each with the next token. An acquire sent alone
+// waits for gate, so that a test decides when the exchanges under way end.
+type batchNode struct {
+	srv      *httptest.Server
+	gate     chan struct{}
+	arrived  chan string // the name of each acquire sent alone, as it arrives
+	noBatch  bool        // answer /v1/batch 404, as a node from before batches
+	mu       sync.Mutex
+	token    uint64
+	batches  [][]string // the names of each batch's calls
+	singles  []string
+	received map[string]int // every name, however it came
+}
+
+func newBatchNode(t *testing.T) *batchNode {
+	n := &batchNode{gate: make(chan struct{}), arrived: make(chan string, 64), received: map[string]int{}}
+	n.srv = httptest.NewServer(http.HandlerFunc(n.serve))
+	t.Cleanup(n.srv.Close)
+	return n
+}
+
+type acquireBody struct {
+	Name    string `json:"name"`
+	LeaseID string `json:"lease_id"`
+}
+
+func (n *batchNode) lease(b acquireBody) []byte {
+	n.mu.Lock()
+	n.token++
+	n.received[b.Name]++
+	tok := n.token
+	n.mu.Unlock()
+	out, _ := json.Marshal(map[string]any{"name": b.Name, "owner": "", "lease_id": b.LeaseID, "fencing_token": tok, "ttl_ms": 10000})
+	return out
+}
+
+func (n *batchNode) serve(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Raftlock-Node", "n1")
+	w.Header().Set("X-Raftlock-Leader", "n1")
+	w.Header().Set("Content-Type", "application/json")
+	switch r.URL.Path {
+	case "/v1/locks/acquire":
+		var b acquireBody
+		json.NewDecoder(r.Body).Decode(&b)
+		n.mu.Lock()
+		n.singles = append(n.singles, b.Name)
+		n.mu.Unlock()
+		n.arrived <- b.Name
+		<-n.gate
+		w.Write(n.lease(b))
+	case "/v1/batch":
+		if n.noBatch {
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":"not_found","message":"no route"}`))
+			return
+		}
+		var req struct {
+			Calls []struct {
+				Path string      `json:"path"`
+				Body acquireBody `json:"body"`
+			} `json:"calls"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		var names, results []string
+		for _, c := range req.Calls {
+			names = append(names, c.Body.Name)
+			results = append(results, `{"status":200,"body":`+string(n.lease(c.Body))+`}`)
+		}
+		n.mu.Lock()
+		n.batches = append(n.batches, names)
+		n.mu.Unlock()
+		w.Write([]byte(`{"results":[` + strings.Join(results, ",") + `]}`))
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+// fillExchanges starts coalesceInflight acquires, which wait at the node,
+// and returns once the node has them all.
+func fillExchanges(t *testing.T, c *Client, n *batchNode, done chan<- error) {
+	t.Helper()
+	for i := range coalesceInflight {
+		go func() {
+			l, err := c.TryAcquire(context.Background(), fmt.Sprintf("single-%d", i), AcquireOptions{TTL: 10 * time.Second})
+			if err == nil {
+				l.Detach() // no watchdog: the fake node has no renew
+			}
+			done <- err
+		}()
+	}
+	for range coalesceInflight {
+		select {
+		case <-n.arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first acquires never reached the node")
+		}
+	}
+}
+
+func queuedCalls(c *Client, u string) int {
+	q := c.coalescerFor(u)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queue)
+}
+
+// Calls made while the node has coalesceInflight exchanges under way wait
+// and then go in one batch, and each gets its own lock's answer.
+func TestCoalescedCallsShareOneExchange(t *testing.T) {
+	n := newBatchNode(t)
+	c, _ := newTestClient(t, []string{n.srv.URL})
+	done := make(chan error, 16)
+	fillExchanges(t, c, n, done)
+
+	type got struct {
+		name string
+		l    *Lease
+		err  error
+	}
+	const queued = 5
+	results := make(chan got, queued)
+	for i := range queued {
+		name := fmt.Sprintf("batched-%d", i)
+		go func() {
+			l, err := c.TryAcquire(context.Background(), name, AcquireOptions{TTL: 10 * time.Second})
+			results <- got{name, l, err}
+		}()
+	}
+	testenv.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return queuedCalls(c, n.srv.URL) == queued })
+	close(n.gate)
+
+	tokens := map[uint64]bool{}
+	for range queued {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("%s: %v", r.name, r.err)
+		}
+		r.l.Detach()
+		if r.l.Name() != r.name || tokens[r.l.Token()] {
+			t.Errorf("%s got lease of %s with token %d (seen: %v)", r.name, r.l.Name(), r.l.Token(), tokens[r.l.Token()])
+		}
+		tokens[r.l.Token()] = true
+	}
+	for range coalesceInflight {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.batches) != 1 || len(n.batches[0]) != queued || len(n.singles) != coalesceInflight {
+		t.Fatalf("node saw batches %v and single calls %v; want one batch of the %d queued calls", n.batches, n.singles, queued)
+	}
+}
+
+// A call whose context ends while it waits for a batch is never sent, and
+// says so: not an unknown outcome.
+func TestCoalescedCallGivenUpBeforeItIsSent(t *testing.T) {
+	n := newBatchNode(t)
+	c, _ := newTestClient(t, []string{n.srv.URL})
+	done := make(chan error, 16)
+	fillExchanges(t, c, n, done)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.TryAcquire(ctx, "given-up", AcquireOptions{TTL: 10 * time.Second})
+		errc <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the call to queue", func() bool { return queuedCalls(c, n.srv.URL) == 1 })
+	cancel()
+	err := <-errc
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("err %v, want context.Canceled and not ErrUnknownOutcome", err)
+	}
+	close(n.gate)
+	for range coalesceInflight {
+		<-done
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.received["given-up"] != 0 || len(n.batches) != 0 {
+		t.Fatalf("the node got the call given up (%d times; batches %v)", n.received["given-up"], n.batches)
+	}
+}
+
+// A node that has no batches (404) gets the queued calls one by one, and
+// later calls are never batched for it again.
+func TestCoalescingFallsBackForANodeWithoutBatches(t *testing.T) {
+	n := newBatchNode(t)
+	n.noBatch = true
+	c, _ := newTestClient(t, []string{n.srv.URL})
+	done := make(chan error, 16)
+	fillExchanges(t, c, n, done)
+	errc := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			l, err := c.TryAcquire(context.Background(), fmt.Sprintf("old-%d", i), AcquireOptions{TTL: 10 * time.Second})
+			if err == nil {
+				l.Detach()
+			}
+			errc <- err
+		}()
+	}
+	testenv.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return queuedCalls(c, n.srv.URL) == 3 })
+	close(n.gate)
+	for range 3 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range coalesceInflight {
+		<-done
+	}
+	q := c.coalescerFor(n.srv.URL)
+	q.mu.Lock()
+	alone := q.alone
+	q.mu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !alone || len(n.singles) != coalesceInflight+3 {
+		t.Fatalf("alone %v, single calls %v: want every call sent alone after the 404", alone, n.singles)
+	}
+}
+
+// A 200 to a batch that does not answer each call leaves each call's
+// outcome unknown: the calls ran.
+func TestMalformedBatchAnswer(t *testing.T) {
+	resp := &response{status: 200, header: http.Header{}, body: []byte(`{"results":[{"status":200,"body":{}}]}`)}
+	if _, err := splitBatchAnswer(resp, 2); !errors.Is(err, errBatchAnswer) {
+		t.Fatalf("one result for two calls: err %v, want errBatchAnswer", err)
+	}
+	resp.body = []byte(`{"results":[{"status":409,"headers":{"Retry-After":"2"},"body":{"error":"held","message":"m"}}]}`)
+	resp.header.Set("X-Raftlock-Leader", "n3")
+	out, err := splitBatchAnswer(resp, 1)
+	if err != nil || out[0].status != 409 || out[0].header.Get("Retry-After") != "2" || out[0].header.Get("X-Raftlock-Leader") != "n3" {
+		t.Fatalf("split: %+v %v; want the call's status and headers with the batch's", out, err)
+	}
+}
