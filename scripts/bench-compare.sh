@@ -8,8 +8,9 @@
 # a 3-member etcd (Debian's etcd-server) driven through etcd's concurrency session +
 # Mutex; a single Redis with appendonly yes + appendfsync always, driven by SET NX PX and
 # a Lua compare-and-delete. Each is driven by WORKERS workers, each with its own lock,
-# running acquire+release cycles for DURATION, straight to the leader (raftlock bench's
-# keep-alive HTTP to the leader; the etcd client given the leader's endpoint only). It
+# running acquire+release cycles for DURATION, straight to the leader (raftlock bench
+# through the Go client, and through plain keep-alive HTTP; the etcd client given the
+# leader's endpoint only). It
 # prints one Markdown table: cycles/s, acquire p50/p99 and the servers' CPU per cycle per
 # system and worker count, then each process's share: raftlock's leader per request and a
 # follower per committed entry. Server CPU is utime+stime from /proc/PID/stat of every
@@ -24,6 +25,10 @@
 #   WORKERS    worker counts (default "1 16 64")
 #   DURATION   per measurement (default 10s)
 #   STORES     raftlock --log-store kinds to measure (default "boltdb wal")
+#   VIAS       how raftlock bench drives raftlock (default "client http"): client is the
+#              Go client library, sharing one client across the workers as the etcd driver
+#              shares one etcd client (so calls made at once go in batches); http is one
+#              keep-alive connection per worker, one request per call
 #   SYSTEMS    which to run (default "raftlock etcd redis")
 #   BENCH_DIR  work dir (default: a fresh one under $TMPDIR or /tmp; put it on the disk to measure)
 #   KEEP=1     keep the work dir (logs, data) after the run
@@ -37,6 +42,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORKERS=${WORKERS:-"1 16 64"}
 DURATION=${DURATION:-10s}
 STORES=${STORES:-"boltdb wal"}
+VIAS=${VIAS:-"client http"}
 SYSTEMS=${SYSTEMS:-"raftlock etcd redis"}
 PORT_BASE=${PORT_BASE:-17000}
 
@@ -127,11 +133,15 @@ run_raftlock() {
 		eps+="${eps:+,}http://127.0.0.1:$((PORT_BASE + 100 + i))"
 		pids+="${pids:+,}n$i=$(cat "$cdir/n$i.pid")"
 	done
-	COLS+=("raftlock-$store")
-	for w in $WORKERS; do
-		out=$("$DIR/raftlock" bench --endpoints "$eps" --workers "$w" --duration "$DURATION" --progress 0 --json --server-pids "$pids")
-		cell "raftlock-$store" "$w" "$(jq '{cycles_per_sec, acquire_p50_ms: .ops.acquire.p50_ms, acquire_p99_ms: .ops.acquire.p99_ms, cpu_us_per_cycle: .cpu.us_per_cycle}' <<<"$out")"
-		procs "raftlock-$store" "$w" "$(jq .cpu <<<"$out")"
+	local via col
+	for via in $VIAS; do
+		col=raftlock-$store-$via
+		COLS+=("$col")
+		for w in $WORKERS; do
+			out=$("$DIR/raftlock" bench --endpoints "$eps" --via "$via" --workers "$w" --duration "$DURATION" --progress 0 --json --server-pids "$pids")
+			cell "$col" "$w" "$(jq '{cycles_per_sec, acquire_p50_ms: .ops.acquire.p50_ms, acquire_p99_ms: .ops.acquire.p99_ms, cpu_us_per_cycle: .cpu.us_per_cycle}' <<<"$out")"
+			procs "$col" "$w" "$(jq .cpu <<<"$out")"
+		done
 	done
 	RAFTLOCK_CLUSTER_DIR=$cdir "$ROOT/scripts/cluster.sh" down --purge >/dev/null
 }

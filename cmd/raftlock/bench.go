@@ -37,8 +37,10 @@ the same lock at once, a fencing token that did not go up from one grant of
 a lock to the next, a renew that changed the token, or a lease refused as
 not held before its TTL ran out. Any slip exits 1.
 
-Requests go over keep-alive HTTP straight to the leader (--via http), or
-through the Go client's TryAcquire/Renew/Release (--via client).
+Requests go over keep-alive HTTP straight to the leader (--via http), one
+connection per worker and one request per call, or through one Go client
+shared by the workers, TryAcquire/Renew/Release (--via client), which sends
+calls made at once in batches (--coalesce=false: each call alone).
 
 --server-pids NAME=PID,... (or PID,...) names the server processes: bench
 reads their CPU (utime+stime in /proc/PID/stat) before and after the run
@@ -66,6 +68,7 @@ type benchConfig struct {
 	locks    int
 	renew    bool
 	via      string
+	coalesce bool // with --via client
 	prefix   string
 	progress time.Duration
 	// shedPause is how long a worker pauses after a 429 (0: it retries at
@@ -85,6 +88,7 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c.fs.IntVar(&cfg.locks, "locks", 0, "distinct lock names (0 or --workers: one per worker, uncontended; fewer: contended)")
 	c.fs.BoolVar(&cfg.renew, "renew", false, "renew each lease once between acquire and release")
 	c.fs.StringVar(&cfg.via, "via", "http", "http: keep-alive HTTP to the leader; client: the Go client library")
+	c.fs.BoolVar(&cfg.coalesce, "coalesce", true, "with --via client: the client's coalescing of calls made at once into batches")
 	c.fs.StringVar(&cfg.prefix, "prefix", "", "lock name prefix (default: bench/<random>/, fresh each run)")
 	c.fs.DurationVar(&cfg.progress, "progress", time.Second, "progress line interval on stderr (0: none)")
 	c.fs.DurationVar(&cfg.shedPause, "shed-pause", 0, "pause after a 429 overloaded before the next acquire (0: at once, ignoring Retry-After)")
@@ -135,7 +139,7 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	}
 	var target benchTarget
 	if cfg.via == "client" {
-		target, err = newClientTarget(eps, cfg.workers, c.conn.timeout)
+		target, err = newClientTarget(eps, cfg.workers, c.conn.timeout, cfg.coalesce)
 		if err != nil {
 			return c.usageError(err)
 		}

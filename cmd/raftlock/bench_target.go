@@ -73,12 +73,12 @@ func errKind(err error) string {
 // (the lease is detached at once, so no watchdog renews it), Renew, Release.
 type clientTarget struct{ c *client.Client }
 
-func newClientTarget(endpoints []string, workers int, timeout time.Duration) (*clientTarget, error) {
+func newClientTarget(endpoints []string, workers int, timeout time.Duration, coalesce bool) (*clientTarget, error) {
 	// The client's own transport keeps 16 idle connections per host; more
 	// workers than that would open and close connections on every call.
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 2*workers+16, workers+16
-	c, err := client.New(endpoints, client.WithRequestTimeout(timeout), client.WithHTTPClient(&http.Client{Transport: t}))
+	c, err := client.New(endpoints, client.WithRequestTimeout(timeout), client.WithCoalescing(coalesce), client.WithHTTPClient(&http.Client{Transport: t}))
 	if err != nil {
 		return nil, err
 	}
