@@ -73,6 +73,7 @@ func clientMain(args []string) int {
 	timeProbes := fs.Float64("time-probes", 0, "share of cycles probing the time bounds")
 	ttlLocks := fs.String("ttl-locks", "", "comma-separated lock names for the time probes' TTL leases")
 	sessLocks := fs.String("sess-locks", "", "comma-separated lock names for the time probes' session leases")
+	batch := fs.Float64("batch", 0, "share of lock acquires (without a wait), renews and releases sent in a batch with a companion release")
 	probeKinds := fs.String("time-probe-kinds", "", "comma-separated time-probe cycles to run (abandon, session, handoff; empty: all)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -99,7 +100,7 @@ func clientMain(args []string) int {
 		Renew: *renew, Seed: *seed, Timeout: *timeout, Journal: j, ClockRate: *rate,
 		Mix: *mix, RWLocks: rw, Semaphores: semaphores,
 		TimeProbes: *timeProbes, TTLLocks: splitList(*ttlLocks), SessLocks: splitList(*sessLocks),
-		ProbeKinds: splitList(*probeKinds),
+		ProbeKinds: splitList(*probeKinds), Batch: *batch,
 	}).Run(ctx)
 	return 0
 }

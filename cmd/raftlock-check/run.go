@@ -56,6 +56,9 @@ type config struct {
 	// timeProbes is the share of client cycles that probe the time bounds
 	// (l), (m), (n), on ttl/N and sttl/N.
 	timeProbes float64
+	// batch is the share of the lock cycle's batchable calls sent in a
+	// POST /v1/batch (workload/batch.go).
+	batch float64
 	probeKinds string // --time-probe-kinds: which time probes (empty: all)
 }
 
@@ -118,6 +121,7 @@ func parseRun(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.leaderRate, "clock-leader-rate", 0, "with --clock-faults: run every node's clock at this rate (1.2: the seeded twin beyond the bound)")
 	fs.Float64Var(&c.timeProbes, "time-probes", 0.08, "share of client cycles that probe the time bounds: abandoned leases and sessions, and hand-offs to parked acquires (on ttl/N and sttl/N; 0: none)")
 	fs.StringVar(&c.probeKinds, "time-probe-kinds", "", "comma-separated time probes to run: abandon (TTL leases), session, handoff (empty: all)")
+	fs.Float64Var(&c.batch, "batch", 0.25, "share of the lock cycle's acquires (without a wait), renews and releases sent in a batch, with a companion release that changes nothing (0: none)")
 	fs.Float64Var(&c.mix, "mix", 0.4, "share of client cycles that use sessions, semaphore permits and shared locks (on rw/N and sem/N; 0: the lock workload alone)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -357,7 +361,7 @@ func (r *runner) setup() error {
 			"--mix", strconv.FormatFloat(r.cfg.mix, 'f', -1, 64),
 			"--time-probes", strconv.FormatFloat(r.cfg.timeProbes, 'f', -1, 64),
 			"--ttl-locks", strings.Join(r.cfg.ttlLocks(), ","), "--sess-locks", strings.Join(r.cfg.sessLocks(), ","),
-			"--time-probe-kinds", r.cfg.probeKinds)
+			"--time-probe-kinds", r.cfg.probeKinds, "--batch", strconv.FormatFloat(r.clientBatch(), 'f', -1, 64))
 		if r.cfg.mix > 0 {
 			var sems []string
 			for name, limit := range r.cfg.semaphores() {
@@ -583,4 +587,13 @@ func (r *runner) own() (*workload.Client, error) {
 	r.ownJournal = j
 	r.ownClient = workload.New(workload.Config{ID: 0, Nodes: urls, Timeout: 20 * time.Second, Journal: j, Seed: r.cfg.seed})
 	return r.ownClient, nil
+}
+
+// clientBatch is the share of calls the workload batches: none under a
+// seeded bug that the relay plays, since a batch would pass it by.
+func (r *runner) clientBatch() float64 {
+	if r.cfg.seededBug != "" && !proxy.ServerSide(r.cfg.seededBug) {
+		return 0
+	}
+	return r.cfg.batch
 }

@@ -55,6 +55,9 @@ type Config struct {
 	// ProbeKinds, if set, limits the time probes to these cycles:
 	// "abandon", "session", "handoff" (timeprobes.go).
 	ProbeKinds []string
+	// Batch is the share of the lock cycle's acquires (without a wait),
+	// renews and releases sent in a POST /v1/batch (batch.go).
+	Batch float64
 }
 
 // Client runs the loop.
@@ -66,7 +69,9 @@ type Client struct {
 	// exactly as before those cycles existed.
 	mix *rand.Rand
 	// tim draws every choice of the time-probe cycles, likewise.
-	tim  *rand.Rand
+	tim *rand.Rand
+	// bat draws which calls go in batches and their companions.
+	bat  *rand.Rand
 	http *http.Client
 	// slow has a timeout past the longest wait a time probe parks.
 	slow  *http.Client
@@ -85,7 +90,7 @@ func New(cfg Config) *Client {
 		MaxIdleConnsPerHost: 4,
 	}
 	return &Client{cfg: cfg, rnd: rand.New(rand.NewSource(cfg.Seed)), mix: rand.New(rand.NewSource(cfg.Seed ^ 0x15)),
-		tim: rand.New(rand.NewSource(cfg.Seed ^ 0x25)), http: &http.Client{Transport: t, Timeout: cfg.Timeout},
+		tim: rand.New(rand.NewSource(cfg.Seed ^ 0x25)), bat: rand.New(rand.NewSource(cfg.Seed ^ 0x35)), http: &http.Client{Transport: t, Timeout: cfg.Timeout},
 		slow: &http.Client{Transport: t, Timeout: 15*time.Second + cfg.Timeout}, seen: map[string]uint64{}}
 }
 
@@ -290,6 +295,9 @@ func (c *Client) callOn(node string, e history.Entry, path string, body any) his
 
 // post sends one lock request to node with hc, journalling it.
 func (c *Client) post(hc *http.Client, node string, e history.Entry, path string, body any) history.Entry {
+	if c.batchable(e, path) && c.bat.Float64() < c.cfg.Batch {
+		return c.postBatch(hc, node, e, path, body)
+	}
 	b, _ := json.Marshal(body)
 	e.Kind, e.ID, e.Client, e.Node = "call", c.nextID(), c.cfg.ID, node
 	e.Time = history.Now()
