@@ -189,6 +189,20 @@ func (rep *report) print(r *runner) {
 		}
 	}
 	fmt.Fprintf(w, "boundary: %d waiting acquires, %d granted as their wait ran out\n", waits, late)
+	batched := map[string]int{}
+	for _, o := range rep.ops {
+		if o.Batched {
+			batched[o.Kind+" "+o.Outcome]++
+		}
+	}
+	if len(batched) > 0 {
+		var parts []string
+		for k, v := range batched {
+			parts = append(parts, fmt.Sprintf("%s %d", k, v))
+		}
+		sort.Strings(parts)
+		fmt.Fprintf(w, "batches: calls sent in a batch, by kind and outcome: %s\n", strings.Join(parts, ", "))
+	}
 	blocking, woken, valued := 0, 0, 0
 	for _, o := range rep.ops {
 		if o.Kind != history.Read || (o.Outcome != history.OK && o.Outcome != history.Free) {

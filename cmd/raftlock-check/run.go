@@ -58,7 +58,7 @@ type config struct {
 	timeProbes float64
 	// batch is the share of the lock cycle's batchable calls sent in a
 	// POST /v1/batch (workload/batch.go).
-	batch float64
+	batch      float64
 	probeKinds string // --time-probe-kinds: which time probes (empty: all)
 }
 

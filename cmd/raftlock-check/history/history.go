@@ -104,6 +104,8 @@ type Entry struct {
 	// Slots and Tokens: ret of a semaphore read, its holders in the order answered.
 	Slots  []int    `json:"slots,omitempty"`
 	Tokens []uint64 `json:"tokens,omitempty"`
+	// Batched: call: sent in a POST /v1/batch with another call.
+	Batched bool `json:"batch,omitempty"`
 	// RetryAfter is an unknown outcome's Retry-After in seconds; not journalled.
 	RetryAfter int `json:"-"`
 }
@@ -171,6 +173,7 @@ type Op struct {
 	Slot     int
 	Slots    []int // semaphore read: the holders' slots and tokens
 	Tokens   []uint64
+	Batched  bool // sent in a batch
 }
 
 // Definite reports whether the op's outcome is known.
@@ -247,7 +250,7 @@ func Pair(entries []Entry) []Op {
 	}
 	ops := make([]Op, 0, len(calls))
 	for id, c := range calls {
-		o := Op{ID: id, Client: c.Client, Kind: c.Op, Name: c.Name, Lease: c.Lease, TTLMs: c.TTLMs, WaitMs: c.WaitMs,
+		o := Op{ID: id, Client: c.Client, Kind: c.Op, Name: c.Name, Lease: c.Lease, TTLMs: c.TTLMs, WaitMs: c.WaitMs, Batched: c.Batched,
 			Token: c.Token, Based: c.Based, Call: c.Time, Return: math.MaxInt64, Outcome: Unknown, Node: c.Node,
 			Value: c.Value, AskIndex: c.Index, Session: c.Session, Mode: c.Mode, Limit: c.Limit}
 		if r, ok := rets[id]; ok {

@@ -59,7 +59,7 @@ func (c *Client) postBatch(hc *http.Client, node string, e history.Entry, path s
 	now := history.Now()
 	for i := range entries {
 		entries[i].Kind, entries[i].ID, entries[i].Client, entries[i].Node = "call", c.nextID(), c.cfg.ID, node
-		entries[i].Time = now
+		entries[i].Time, entries[i].Batched = now, true
 		c.cfg.Journal.Write(entries[i])
 		req.Calls = append(req.Calls, call{paths[i], bodies[i]})
 	}
