@@ -82,6 +82,8 @@ type Server struct {
 	caps      *tenantCaps
 	// slots count the API requests being served (Limits.MaxInflight).
 	slots chan struct{}
+	// callWork hands a batch's calls to idle call workers (batch.go).
+	callWork chan func()
 	// routes serves the hot routes and hands the rest to the router.
 	routes *hotRoutes
 }
@@ -118,6 +120,7 @@ func New(store Store, opts Options) *Server {
 	// without the router, through the same chain.
 	metrics := newHTTPMetrics(opts.Registry)
 	s.slots = make(chan struct{}, opts.Limits.MaxInflight)
+	s.callWork = make(chan func())
 	chain := func(method, tmpl string, h http.Handler) http.Handler {
 		h = s.bodyFirst(tmpl == snapshotPath, h) // after authorize: no body is read for a client that may not send it
 		if opts.Tokens != nil {
