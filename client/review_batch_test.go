@@ -1,0 +1,304 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/fsm"
+	"github.com/raftlock/raftlock/httpapi"
+	"github.com/raftlock/raftlock/internal/nodeapi"
+	"github.com/raftlock/raftlock/internal/testenv"
+)
+
+// followerStore is a node that never leads and knows that n1 leads at addr:
+// it forwards every write there.
+type followerStore struct{ addr string }
+
+func (f followerStore) ID() string               { return "n2" }
+func (f followerStore) Leader() (string, string) { return "n1", f.addr }
+func (f followerStore) Ready() bool              { return true }
+func (f followerStore) WaitForLeader(context.Context) (string, string, error) {
+	return "n1", f.addr, nil
+}
+func (f followerStore) Apply(context.Context, fsm.Command) (fsm.Result, error) {
+	return fsm.Result{}, nodeapi.ErrNotLeader
+}
+func (f followerStore) Acquire(context.Context, fsm.Command, time.Duration) (fsm.Result, error) {
+	return fsm.Result{}, nodeapi.ErrNotLeader
+}
+func (f followerStore) Read(context.Context, bool) (nodeapi.LockReader, error) {
+	return nil, nodeapi.ErrNotLeader
+}
+func (f followerStore) Status() (nodeapi.Status, error) {
+	return nodeapi.Status{}, errors.New("no status")
+}
+func (f followerStore) Join(context.Context, string, string, string) error {
+	return nodeapi.ErrNotLeader
+}
+func (f followerStore) Leave(context.Context, string) error              { return nodeapi.ErrNotLeader }
+func (f followerStore) TransferLeadership(context.Context, string) error { return nodeapi.ErrNotLeader }
+func (f followerStore) CheckState(context.Context) (uint64, error)       { return 0, nodeapi.ErrNotLeader }
+
+// A coalesced acquire sent to a follower whose relay to the leader breaks
+// after the leader's answer's head: its outcome is unknown. Alone it would
+// fail (the follower answers 200 with an empty body, which does not
+// decode); in a batch the follower gives it {"status":200,"body":null},
+// and the client takes that for a grant: a lease with fencing token 0,
+// held by nobody's account, while the lock may be another's.
+func TestReviewCoalescedAcquireCutAfterHeadIsNoGrant(t *testing.T) {
+	gate := make(chan struct{})
+	arrived := make(chan string, 16)
+	var token sync.Mutex
+	next := uint64(0)
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b struct {
+			Name    string `json:"name"`
+			LeaseID string `json:"lease_id"`
+		}
+		json.NewDecoder(r.Body).Decode(&b)
+		if strings.HasPrefix(b.Name, "single-") {
+			arrived <- b.Name
+			<-gate
+			token.Lock()
+			next++
+			tok := next
+			token.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"name":%q,"owner":"","lease_id":%q,"fencing_token":%d,"ttl_ms":10000}`, b.Name, b.LeaseID, tok)
+			return
+		}
+		// Applied, and the answer's head sent; then the connection broke.
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n")
+		buf.Flush()
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		conn.Close()
+	}))
+	t.Cleanup(leader.Close)
+	node := httptest.NewServer(httpapi.New(followerStore{strings.TrimPrefix(leader.URL, "http://")}, httpapi.Options{}))
+	t.Cleanup(node.Close)
+	c, err := New([]string{node.URL}, WithRequestTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := testenv.Context(t, 30*time.Second)
+
+	fills := make(chan error, coalesceInflight)
+	for i := range coalesceInflight {
+		go func() {
+			l, err := c.TryAcquire(ctx, fmt.Sprintf("single-%d", i), AcquireOptions{TTL: 10 * time.Second})
+			if err == nil {
+				l.Detach()
+			}
+			fills <- err
+		}()
+	}
+	for range coalesceInflight {
+		<-arrived
+	}
+	type got struct {
+		l   *Lease
+		err error
+	}
+	victims := make(chan got, 2)
+	for i := range 2 {
+		go func() {
+			l, err := c.TryAcquire(ctx, fmt.Sprintf("victim-%d", i), AcquireOptions{TTL: 10 * time.Second})
+			victims <- got{l, err}
+		}()
+	}
+	testenv.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return queuedCalls(c, node.URL) == 2 })
+	close(gate)
+	for range 2 {
+		g := <-victims
+		if g.err == nil {
+			g.l.Detach()
+			t.Errorf("acquire of %s whose outcome is unknown answered a grant with fencing token %d", g.l.Name(), g.l.Token())
+		} else if !errors.Is(g.err, ErrUnknownOutcome) {
+			t.Logf("error %v (not ErrUnknownOutcome)", g.err)
+		}
+	}
+	for range coalesceInflight {
+		if err := <-fills; err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = io.Discard
+}
+
+// gatedProxy forwards to target, holding every acquire of a lock named
+// single-* until gate is closed; arrived gets each one held.
+func gatedProxy(t *testing.T, target string, gate <-chan struct{}, arrived chan<- string) *httptest.Server {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if r.URL.Path == "/v1/locks/acquire" && bytes.Contains(body, []byte(`"single-`)) {
+			arrived <- string(body)
+			<-gate
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// Acquires that are each well within the body limit, made at once, go in
+// one batch whose body is over it: the node answers the batch 413, and
+// the client gives every call that 413 as its own answer (too_large, a
+// definite refusal). Alone, each would have been granted. A value of
+// "<" characters is 6 bytes each once JSON-encoded (\u003c), so three
+// acquires with the largest value the contract allows make 72 KiB.
+func TestReviewCoalescedAcquiresOverTheBodyLimitTogether(t *testing.T) {
+	cl := testenv.Start(t, 1)
+	gate := make(chan struct{})
+	arrived := make(chan string, 16)
+	node := gatedProxy(t, cl.Leader().URL(), gate, arrived)
+	c, err := New([]string{node.URL}, WithRequestTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := testenv.Context(t, 30*time.Second)
+
+	fills := make(chan error, coalesceInflight)
+	for i := range coalesceInflight {
+		go func() {
+			l, err := c.TryAcquire(ctx, fmt.Sprintf("single-%d", i), AcquireOptions{TTL: 10 * time.Second})
+			if err == nil {
+				l.Detach()
+			}
+			fills <- err
+		}()
+	}
+	for range coalesceInflight {
+		<-arrived
+	}
+	value := strings.Repeat("<", api.MaxValue)
+	const n = 3
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			l, err := c.TryAcquire(ctx, fmt.Sprintf("big-%d", i), AcquireOptions{TTL: 10 * time.Second, Value: value})
+			if err == nil {
+				l.Detach()
+			}
+			errs <- err
+		}()
+	}
+	testenv.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return queuedCalls(c, node.URL) == n })
+	close(gate)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("an acquire the node grants alone: %v", err)
+		}
+	}
+	for range coalesceInflight {
+		if err := <-fills; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each alone: granted.
+	l, err := c.TryAcquire(ctx, "alone", AcquireOptions{TTL: 10 * time.Second, Value: value})
+	if err != nil {
+		t.Fatalf("alone: %v", err)
+	}
+	l.Detach()
+}
+
+// A caller whose context ends while its call is in a batch under way
+// returns only when the batch's exchange ends, up to the request timeout
+// later, though alone its call would end with its context (sendOne's
+// request carries it). Here the node holds the batch; the callers give
+// up; they are still blocked long after.
+func TestReviewCoalescedCallOutlivesItsContext(t *testing.T) {
+	gate, hold := make(chan struct{}), make(chan struct{})
+	arrived := make(chan string, 16)
+	batchIn := make(chan struct{}, 1)
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		w.Header().Set("X-Raftlock-Node", "n1")
+		w.Header().Set("X-Raftlock-Leader", "n1")
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/locks/acquire":
+			arrived <- r.URL.Path
+			<-gate
+			w.WriteHeader(http.StatusConflict)
+			io.WriteString(w, `{"error":"held","message":"held","holder":{"owner":"x","fencing_token":1}}`)
+		case "/v1/batch":
+			batchIn <- struct{}{}
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	t.Cleanup(node.Close)
+	t.Cleanup(func() { close(hold) })
+	c, err := New([]string{node.URL}, WithRequestTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+
+	fills := make(chan error, coalesceInflight)
+	for i := range coalesceInflight {
+		go func() {
+			_, err := c.TryAcquire(context.Background(), fmt.Sprintf("single-%d", i), AcquireOptions{TTL: 10 * time.Second})
+			fills <- err
+		}()
+	}
+	for range coalesceInflight {
+		<-arrived
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 2
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := c.TryAcquire(ctx, fmt.Sprintf("given-up-%d", i), AcquireOptions{TTL: 10 * time.Second})
+			errs <- err
+		}()
+	}
+	testenv.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return queuedCalls(c, node.URL) == n })
+	close(gate)
+	<-batchIn
+	cancel()
+	for range n {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("err %v, want the context's", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a call whose context ended is still blocked on its batch 10s later (request timeout 1m)")
+		}
+	}
+}
