@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -63,27 +65,70 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// Every call holds an in-flight place, as it would alone, taken here
+	// before any of them starts: a batch either has places for all its
+	// calls or runs none of them, and the cap bounds the goroutines too.
+	if !s.takeSlots(len(calls)) {
+		writeError(w, &apiError{http.StatusTooManyRequests, api.CodeOverloaded, "too many requests in flight for this batch's calls; none ran"})
+		return
+	}
+	defer s.releaseSlots(len(calls))
 	results := make([]subResponse, len(calls))
-	// A call is not a request of the connection: guard and the body
-	// deadline must not find the connection through its context.
+	// A call is not a request of the connection: guard, the body deadline
+	// and refuseBody must not find the connection (or the batch's response
+	// controller) through its context.
 	ctx := context.WithValue(r.Context(), connKey{}, (*limitedConn)(nil))
+	ctx = context.WithValue(ctx, controllerKey{}, nil)
 	ctx = context.WithValue(ctx, batchedKey{}, true)
 	var wg sync.WaitGroup
 	for i := range calls {
 		sub := subRequest(ctx, r, calls[i])
 		route := s.routes.match(sub)
 		if i == len(calls)-1 {
-			route.chain.ServeHTTP(&results[i], sub) // the last on this goroutine
+			s.serveCall(route.chain, &results[i], sub) // the last on this goroutine
 			break
 		}
 		wg.Add(1)
 		s.runCall(func() {
 			defer wg.Done()
-			route.chain.ServeHTTP(&results[i], sub)
+			s.serveCall(route.chain, &results[i], sub)
 		})
 	}
 	wg.Wait()
 	writeBatch(w, results)
+}
+
+// serveCall serves one call of a batch. A panic in it answers that call
+// 500, as net/http would answer a request alone, instead of ending the node
+// (the call runs on a goroutine of its own).
+func (s *Server) serveCall(h http.Handler, res *subResponse, sub *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("panic serving a batched call", "path", sub.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			*res = subResponse{}
+			writeError(res, &apiError{http.StatusInternalServerError, api.CodeInternal, "internal error serving this call; it may have been applied"})
+		}
+	}()
+	h.ServeHTTP(res, sub)
+}
+
+// takeSlots takes n in-flight places at once, or none.
+func (s *Server) takeSlots(n int) bool {
+	for i := range n {
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			s.releaseSlots(i)
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) releaseSlots(n int) {
+	for range n {
+		<-s.slots
+	}
 }
 
 // runCall runs a batch's call on an idle call worker, or on a new one.
@@ -196,6 +241,18 @@ func (s *subResponse) Write(p []byte) (int, error) {
 	return s.body.Write(p)
 }
 
+// settle makes sure the call's answer is a whole JSON object: a call whose
+// handler wrote none (an answer cut off, a handler that wrote nothing) may
+// have been applied, and is answered so (504 unknown_outcome).
+func (s *subResponse) settle() {
+	body := bytes.TrimSpace(s.body.Bytes())
+	if len(body) > 0 && body[0] == '{' && json.Valid(body) {
+		return
+	}
+	*s = subResponse{}
+	writeError(s, fmt.Errorf("%w: the call's answer was not whole", errUnknownOutcome))
+}
+
 // writeBatch answers 200 with each call's status, the headers its own
 // answer would have had (Retry-After, say) and its body, in the order of
 // the calls.
@@ -207,11 +264,12 @@ func writeBatch(w http.ResponseWriter, results []subResponse) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
+		res.settle()
 		b.WriteString(`{"status":`)
 		b.WriteString(strconv.Itoa(res.status))
 		first := true
 		for k, vs := range res.header {
-			if k == "Content-Type" || len(vs) == 0 {
+			if k == "Content-Type" || k == "Connection" || len(vs) == 0 {
 				continue
 			}
 			if first {
@@ -228,11 +286,7 @@ func writeBatch(w http.ResponseWriter, results []subResponse) {
 			b.WriteByte('}')
 		}
 		b.WriteString(`,"body":`)
-		body := bytes.TrimSpace(res.body.Bytes())
-		if len(body) == 0 {
-			body = []byte("null")
-		}
-		b.Write(body)
+		b.Write(bytes.TrimSpace(res.body.Bytes()))
 		b.WriteByte('}')
 	}
 	b.WriteString("]}\n")

@@ -120,8 +120,8 @@ const forwardRetry = 20 * time.Millisecond
 // copies the answer back. A request that fails before the whole of it went
 // out (no connection, refused, a write error) cannot have been applied: it
 // answers nothing and returns a no_leader error, for the caller to answer
-// or retry. Once it went out, a reset or a timeout leaves the leader's
-// decision unknown: 504.
+// or retry. Once it went out, a reset or a timeout, before or during the
+// answer, leaves the leader's decision unknown: 504 (a read is retried).
 func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, body []byte) (unsent error) {
 	var sent atomic.Bool
 	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
@@ -149,6 +149,17 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 		return fmt.Errorf("%w: forwarding to leader %s failed: %v", nodeapi.ErrNoLeader, addr, err)
 	}
 	defer resp.Body.Close()
+	// The whole answer is read before any of it is passed on: an answer cut
+	// off after its head (a reset, the request's deadline) must not reach
+	// the client as a 200 with half a body, which would read as a grant.
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		if r.Method != http.MethodGet {
+			writeError(w, fmt.Errorf("%w: forwarded to leader %s, whose answer was cut off: %v", errUnknownOutcome, addr, err))
+			return nil
+		}
+		return fmt.Errorf("%w: the answer of leader %s was cut off: %v", nodeapi.ErrNoLeader, addr, err)
+	}
 	markForwarded(w)
 	for _, h := range []string{"Content-Type", api.HeaderRetryAfter, "WWW-Authenticate", api.HeaderLeader, api.HeaderIndex} {
 		if v := resp.Header.Get(h); v != "" {
@@ -156,6 +167,6 @@ func (f *forwarder) relay(w http.ResponseWriter, r *http.Request, addr string, b
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	io.Copy(w, resp.Body)
+	w.Write(answer)
 	return nil
 }

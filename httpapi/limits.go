@@ -344,7 +344,7 @@ func hasBody(r *http.Request) bool {
 // goes out at once and ends the connection: without it net/http would first
 // read (to discard) what the client still sends, at whatever pace it sends.
 func refuseBody(w http.ResponseWriter, r *http.Request) {
-	if !hasBody(r) {
+	if !hasBody(r) || batched(r.Context()) { // a batched call's body is the batch's, already read
 		return
 	}
 	w.Header().Set("Connection", "close")
@@ -356,7 +356,7 @@ func refuseBody(w http.ResponseWriter, r *http.Request) {
 func (s *Server) inflight(next http.Handler) http.Handler {
 	slots := s.slots // one count for the server, however many routes
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isProbe(r) || r.URL.Path == "/metrics" {
+		if isProbe(r) || r.URL.Path == "/metrics" || batched(r.Context()) { // a batch took its calls' places
 			next.ServeHTTP(w, r)
 			return
 		}
