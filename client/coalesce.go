@@ -111,9 +111,10 @@ func (q *coalescer) send(ctx context.Context, r request, body []byte) (*response
 		}
 	}
 	q.mu.Unlock()
-	// Already taken into a batch: its answer says what became of it.
-	res := <-it.done
-	return res.resp, res.err
+	// Already taken into a batch, which may have been sent: the call's
+	// outcome is unknown, and the caller is not kept waiting for it (the
+	// batch's answer goes to it.done, buffered, and is dropped).
+	return nil, ctx.Err()
 }
 
 // exchangeDone ends one exchange; the calls queued meanwhile, if any, go
@@ -125,7 +126,7 @@ func (q *coalescer) exchangeDone() {
 		q.mu.Unlock()
 		return
 	}
-	n := min(len(q.queue), api.MaxBatchCalls)
+	n := batchFits(q.queue)
 	calls := append([]*queued(nil), q.queue[:n]...)
 	q.queue = append(q.queue[:0], q.queue[n:]...)
 	q.mu.Unlock()
@@ -133,6 +134,28 @@ func (q *coalescer) exchangeDone() {
 		q.sendBatch(calls)
 		q.exchangeDone()
 	}()
+}
+
+// batchOverhead bounds the bytes a batch's body adds to its calls' own:
+// the envelope, and each call's path and punctuation.
+const (
+	batchOverhead = 16
+	callOverhead  = 64
+)
+
+// batchFits is how many calls from the head of queue go in the next batch:
+// at most api.MaxBatchCalls, and no more than fit api.MaxBody, so that a
+// call is never refused for the size of the others (a call too large alone
+// goes alone, and gets its own answer).
+func batchFits(queue []*queued) int {
+	size := batchOverhead
+	for i, it := range queue {
+		size += len(it.body) + callOverhead
+		if i == api.MaxBatchCalls || (i > 0 && size > api.MaxBody) {
+			return i
+		}
+	}
+	return len(queue)
 }
 
 // sendBatch sends calls in one exchange and hands each its answer.
@@ -157,8 +180,8 @@ func (q *coalescer) sendBatch(calls []*queued) {
 	}
 	b.WriteString("]}")
 	// The exchange is the calls', not any one caller's: a caller that gives
-	// up meanwhile gets its own context's error from the call loop, and the
-	// others their answers.
+	// up meanwhile returns at once with its outcome unknown (send), and
+	// the others get their answers.
 	ctx := context.WithoutCancel(calls[0].ctx)
 	resp, err := q.c.sendOne(ctx, q.u, request{method: http.MethodPost, path: "/v1/batch"}, b.Bytes())
 	switch {

@@ -166,6 +166,11 @@ func (cl *call) sendFailed(ctx context.Context, u string, sent time.Time, attemp
 func (cl *call) answered(u string, sent time.Time, attempt int, resp *response, out any) (done bool, err error) {
 	c, r := cl.c, cl.r
 	if resp.status == http.StatusOK {
+		if out != nil && !wholeObject(resp.body) {
+			// A 200 whose body is not all there (cut off on the way) says
+			// nothing of what was done: like a reset connection.
+			return cl.cutOff(u, sent, attempt)
+		}
 		if cl.tried.sent.IsZero() {
 			cl.tried.sent = sent
 		}
@@ -209,6 +214,29 @@ func (cl *call) answered(u string, sent time.Time, attempt int, resp *response, 
 		return false, nil
 	}
 	return true, apiErr
+}
+
+// wholeObject reports whether body is one whole JSON object, as every 200
+// answer of the API is.
+func wholeObject(body []byte) bool {
+	body = bytes.TrimSpace(body)
+	return len(body) > 0 && body[0] == '{' && json.Valid(body)
+}
+
+// cutOff handles a 200 whose body did not arrive whole: the request may
+// have been applied. It is sent again if that is safe, and otherwise the
+// call ends with its outcome unknown.
+func (cl *call) cutOff(u string, sent time.Time, attempt int) (done bool, err error) {
+	c, r := cl.c, cl.r
+	if r.method != http.MethodGet {
+		cl.tried.mayHaveApplied(sent)
+	}
+	cl.last = fmt.Errorf("raftlock: %s %s: a 200 answer that was not whole", r.method, u+r.path)
+	if !r.idempotent {
+		return true, unknownOutcome(cl.tried, cl.last)
+	}
+	c.penalize(u, c.backoff(attempt), true)
+	return false, nil
 }
 
 // send makes one attempt at u, alone or in a batch (coalesce.go).
