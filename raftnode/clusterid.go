@@ -47,7 +47,7 @@ func (n *Node) ensureClusterID(log hclog.Logger) {
 		return
 	}
 	id := newClusterID()
-	if _, err := n.apply(fsm.Command{Op: fsm.OpSetNode, NodeID: fsm.ClusterIDKey, NodeAddr: id}); err != nil {
+	if _, err := n.applyOwn(fsm.Command{Op: fsm.OpSetNode, NodeID: fsm.ClusterIDKey, NodeAddr: id}); err != nil {
 		log.Warn("writing the cluster id failed; the next leader tries again", "error", err)
 		return
 	}

@@ -79,7 +79,7 @@ func (n *Node) leaderLoop(ctx context.Context, ready chan<- struct{}) {
 	n.waiters.open()
 	defer n.waiters.close(ErrLeaderChanged)
 	if addr, _ := n.machine.NodeAddr(n.cfg.ID); n.cfg.AdvertiseHTTP != "" && addr != n.cfg.AdvertiseHTTP {
-		if _, err := n.apply(fsm.Command{Op: fsm.OpSetNode, NodeID: n.cfg.ID, NodeAddr: n.cfg.AdvertiseHTTP}); err != nil {
+		if _, err := n.applyOwn(fsm.Command{Op: fsm.OpSetNode, NodeID: n.cfg.ID, NodeAddr: n.cfg.AdvertiseHTTP}); err != nil {
 			log.Warn("publishing own address failed", "error", err)
 		}
 	}
@@ -87,7 +87,7 @@ func (n *Node) leaderLoop(ctx context.Context, ready chan<- struct{}) {
 	for {
 		wait := n.untilNextTick(term)
 		if wait <= 0 {
-			if _, err := n.apply(fsm.Command{Op: fsm.OpTick}); err != nil {
+			if _, err := n.applyOwn(fsm.Command{Op: fsm.OpTick}); err != nil {
 				log.Warn("tick failed", "error", err)
 				if ctx.Err() != nil {
 					return

@@ -239,6 +239,22 @@ func (n *Node) apply(cmd fsm.Command) (fsm.Result, error) {
 // applyExt stamps cmd with this leader's clock and commits it through Raft
 // with a checksum and the given flags. It returns the entry's index.
 func (n *Node) applyExt(cmd fsm.Command, x extension) (fsm.Result, uint64, error) {
+	return n.applyExtWait(cmd, x, false)
+}
+
+// applyOwn applies one of the leader loop's own entries (a tick, the node's
+// address, the cluster id). Close waits for the leader loop, and
+// hashicorp/raft never answers a future still in its apply queue when it
+// shuts down (the queue is buffered, BatchApplyCh): an entry offered just as
+// raft stopped would hold the loop, and Close, for ever. This wait also
+// ends when the node stops. (Client writes are waited for by their
+// requests, which the HTTP server's shutdown bounds.)
+func (n *Node) applyOwn(cmd fsm.Command) (fsm.Result, error) {
+	r, _, err := n.applyExtWait(cmd, extension{}, true)
+	return r, err
+}
+
+func (n *Node) applyExtWait(cmd fsm.Command, x extension, stoppable bool) (fsm.Result, uint64, error) {
 	if _, bad := n.Diverged(); bad {
 		return fsm.Result{}, 0, ErrDiverged
 	}
@@ -270,9 +286,29 @@ func (n *Node) applyExt(cmd fsm.Command, x extension) (fsm.Result, uint64, error
 	n.appendMu.RLock() // a backup restore must see no entry land while it runs (backup.go)
 	f := n.raft.ApplyLog(raft.Log{Data: data, Extensions: encodeExtension(data, x)}, n.cfg.ApplyTimeout)
 	n.appendMu.RUnlock()
-	if err := f.Error(); err != nil {
+	var err error
+	if stoppable {
+		err = n.awaitUnlessStopped(f)
+	} else {
+		err = f.Error()
+	}
+	if err != nil {
 		return fsm.Result{}, 0, raftError("apply "+cmd.Op.String(), err)
 	}
 	r, _ := f.Response().(fsm.Result)
 	return r, f.Index(), nil
+}
+
+// awaitUnlessStopped waits for f, or until the node stops (ErrShutdown).
+// A future raft never answers leaves its waiting goroutine behind; the
+// node is stopping.
+func (n *Node) awaitUnlessStopped(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.stop:
+		return raft.ErrRaftShutdown
+	}
 }
