@@ -35,6 +35,7 @@ type extConfig struct {
 	interval  time.Duration
 	prefix    string
 	mix       float64 // share of mixed cycles (sessions, semaphores, shared locks)
+	batch     float64 // share of batchable lock calls sent in a batch (workload/batch.go)
 }
 
 const workloadUsage = `Usage: raftlock-check workload --endpoints URL,URL,... [flags]
@@ -80,6 +81,7 @@ func parseWorkload(args []string, stderr io.Writer) (extConfig, error) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "per-request timeout")
 	fs.DurationVar(&c.interval, "sample", 50*time.Millisecond, "how often /v1/cluster is sampled on each endpoint")
 	fs.StringVar(&c.prefix, "lock-prefix", "", "lock name prefix (default: chaos/<seed>/, so runs never meet each other's locks)")
+	fs.Float64Var(&c.batch, "batch", 0, "share of the lock cycle's acquires (without a wait), renews and releases sent in a POST /v1/batch beside a companion release that changes nothing (0: none, the default, so the chaos scripts' runs are unchanged)")
 	fs.Float64Var(&c.mix, "mix", 0, "share of cycles that use sessions, semaphore permits and shared locks (PREFIXrw/N, PREFIXsem/N), checked by (h), (i), (j)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -190,7 +192,7 @@ func runExternal(ctx context.Context, cfg extConfig, logw io.Writer) (*extSummar
 		clients = append(clients, workload.New(workload.Config{
 			ID: id, Nodes: cfg.endpoints, Register: regURL, Locks: locks, Renew: id%2 == 0,
 			Seed: cfg.seed*100 + int64(id), Timeout: cfg.timeout, Journal: j,
-			Mix: cfg.mix, RWLocks: rwLocks, Semaphores: sems,
+			Mix: cfg.mix, RWLocks: rwLocks, Semaphores: sems, Batch: cfg.batch,
 		}))
 	}
 	fmt.Fprintf(logw, "raftlock-check workload: seed %d, %d clients, %d locks under %q, endpoints %s, dir %s\n",
