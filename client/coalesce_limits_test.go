@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -22,6 +21,7 @@ import (
 	"github.com/raftlock/raftlock/httpapi"
 	"github.com/raftlock/raftlock/internal/nodeapi"
 	"github.com/raftlock/raftlock/internal/testenv"
+	"github.com/raftlock/raftlock/internal/testenv/httpfault"
 )
 
 // followerStore is a node that never leads and knows that n1 leads at addr:
@@ -79,17 +79,9 @@ func TestCoalescedAcquireCutAfterHeadIsUnknown(t *testing.T) {
 			return
 		}
 		// Applied, and the answer's head sent; then the connection broke.
-		conn, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Errorf("hijack: %v", err)
-			return
+		if err := httpfault.Break(w, r, httpfault.HeadWithoutBody); err != nil {
+			t.Errorf("break the answer: %v", err)
 		}
-		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n")
-		buf.Flush()
-		if tc, ok := conn.(*net.TCPConn); ok {
-			tc.SetLinger(0)
-		}
-		conn.Close()
 	}))
 	t.Cleanup(leader.Close)
 	node := httptest.NewServer(httpapi.New(followerStore{strings.TrimPrefix(leader.URL, "http://")}, httpapi.Options{}))
@@ -101,19 +93,7 @@ func TestCoalescedAcquireCutAfterHeadIsUnknown(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ctx := testenv.Context(t, 30*time.Second)
 
-	fills := make(chan error, coalesceInflight)
-	for i := range coalesceInflight {
-		go func() {
-			l, err := c.TryAcquire(ctx, fmt.Sprintf("single-%d", i), AcquireOptions{TTL: 10 * time.Second})
-			if err == nil {
-				l.Detach()
-			}
-			fills <- err
-		}()
-	}
-	for range coalesceInflight {
-		<-arrived
-	}
+	fills := fillExchanges(t, ctx, c, arrived)
 	type got struct {
 		l   *Lease
 		err error
@@ -185,19 +165,7 @@ func TestCoalescedAcquiresOverTheBodyLimitTogether(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ctx := testenv.Context(t, 30*time.Second)
 
-	fills := make(chan error, coalesceInflight)
-	for i := range coalesceInflight {
-		go func() {
-			l, err := c.TryAcquire(ctx, fmt.Sprintf("single-%d", i), AcquireOptions{TTL: 10 * time.Second})
-			if err == nil {
-				l.Detach()
-			}
-			fills <- err
-		}()
-	}
-	for range coalesceInflight {
-		<-arrived
-	}
+	fills := fillExchanges(t, ctx, c, arrived)
 	value := strings.Repeat("<", api.MaxValue)
 	const n = 3
 	errs := make(chan error, n)
@@ -263,16 +231,7 @@ func TestCoalescedCallReturnsWhenItsContextEnds(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Close() })
 
-	fills := make(chan error, coalesceInflight)
-	for i := range coalesceInflight {
-		go func() {
-			_, err := c.TryAcquire(context.Background(), fmt.Sprintf("single-%d", i), AcquireOptions{TTL: 10 * time.Second})
-			fills <- err
-		}()
-	}
-	for range coalesceInflight {
-		<-arrived
-	}
+	fillExchanges(t, context.Background(), c, arrived) // answered 409 held once the gate opens
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const n = 2

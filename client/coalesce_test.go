@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/raftlock/raftlock/internal/testenv"
+	"github.com/raftlock/raftlock/internal/testenv/httpfault"
 )
 
 // batchNode is a node that answers acquires (alone or in batches) with a
@@ -63,6 +65,10 @@ func (n *batchNode) serve(w http.ResponseWriter, r *http.Request) {
 		n.mu.Lock()
 		n.singles = append(n.singles, b.Name)
 		n.mu.Unlock()
+		if strings.HasPrefix(b.Name, "broken-") {
+			httpfault.Break(w, r, "")
+			return
+		}
 		n.arrived <- b.Name
 		<-n.gate
 		w.Write(n.lease(b))
@@ -87,32 +93,39 @@ func (n *batchNode) serve(w http.ResponseWriter, r *http.Request) {
 		n.mu.Lock()
 		n.batches = append(n.batches, names)
 		n.mu.Unlock()
+		if slices.ContainsFunc(names, func(s string) bool { return strings.HasPrefix(s, "broken-") }) {
+			httpfault.Break(w, r, "") // the calls may all have been applied
+			return
+		}
 		w.Write([]byte(`{"results":[` + strings.Join(results, ",") + `]}`))
 	default:
 		w.WriteHeader(http.StatusNotFound)
 	}
 }
 
-// fillExchanges starts coalesceInflight acquires, which wait at the node,
-// and returns once the node has them all.
-func fillExchanges(t *testing.T, c *Client, n *batchNode, done chan<- error) {
+// fillExchanges starts coalesceInflight acquires of locks single-0, ...,
+// which the node holds, and returns once the node has said (on arrived) it
+// has them all; their errors come on the channel it returns.
+func fillExchanges(t *testing.T, ctx context.Context, c *Client, arrived <-chan string) <-chan error {
 	t.Helper()
+	done := make(chan error, coalesceInflight)
 	for i := range coalesceInflight {
 		go func() {
-			l, err := c.TryAcquire(context.Background(), fmt.Sprintf("single-%d", i), AcquireOptions{TTL: 10 * time.Second})
+			l, err := c.TryAcquire(ctx, fmt.Sprintf("single-%d", i), AcquireOptions{TTL: 10 * time.Second})
 			if err == nil {
-				l.Detach() // no watchdog: the fake node has no renew
+				l.Detach() // no watchdog: the test's nodes need no renew
 			}
 			done <- err
 		}()
 	}
 	for range coalesceInflight {
 		select {
-		case <-n.arrived:
+		case <-arrived:
 		case <-time.After(10 * time.Second):
 			t.Fatal("the first acquires never reached the node")
 		}
 	}
+	return done
 }
 
 func queuedCalls(c *Client, u string) int {
@@ -127,8 +140,7 @@ func queuedCalls(c *Client, u string) int {
 func TestCoalescedCallsShareOneExchange(t *testing.T) {
 	n := newBatchNode(t)
 	c, _ := newTestClient(t, []string{n.srv.URL})
-	done := make(chan error, 16)
-	fillExchanges(t, c, n, done)
+	done := fillExchanges(t, context.Background(), c, n.arrived)
 
 	type got struct {
 		name string
@@ -176,8 +188,7 @@ func TestCoalescedCallsShareOneExchange(t *testing.T) {
 func TestCoalescedCallGivenUpBeforeItIsSent(t *testing.T) {
 	n := newBatchNode(t)
 	c, _ := newTestClient(t, []string{n.srv.URL})
-	done := make(chan error, 16)
-	fillExchanges(t, c, n, done)
+	done := fillExchanges(t, context.Background(), c, n.arrived)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -208,8 +219,7 @@ func TestCoalescingFallsBackForANodeWithoutBatches(t *testing.T) {
 	n := newBatchNode(t)
 	n.noBatch = true
 	c, _ := newTestClient(t, []string{n.srv.URL})
-	done := make(chan error, 16)
-	fillExchanges(t, c, n, done)
+	done := fillExchanges(t, context.Background(), c, n.arrived)
 	errc := make(chan error, 3)
 	for i := range 3 {
 		go func() {
@@ -238,6 +248,41 @@ func TestCoalescingFallsBackForANodeWithoutBatches(t *testing.T) {
 	defer n.mu.Unlock()
 	if !alone || len(n.singles) != coalesceInflight+3 {
 		t.Fatalf("alone %v, single calls %v: want every call sent alone after the 404", alone, n.singles)
+	}
+}
+
+// A batch whose exchange fails leaves each of its calls' outcome unknown:
+// they are resent (same lease), and a call whose context ends first says
+// ErrUnknownOutcome, never a definite refusal.
+func TestFailedBatchExchangeLeavesEachCallUnknown(t *testing.T) {
+	n := newBatchNode(t)
+	c, _ := newTestClient(t, []string{n.srv.URL})
+	done := fillExchanges(t, context.Background(), c, n.arrived)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	errc := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, err := c.TryAcquire(ctx, fmt.Sprintf("broken-%d", i), AcquireOptions{TTL: 10 * time.Second})
+			errc <- err
+		}()
+	}
+	testenv.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return queuedCalls(c, n.srv.URL) == 2 })
+	close(n.gate)
+	for range 2 {
+		if err := <-errc; !errors.Is(err, ErrUnknownOutcome) {
+			t.Errorf("a call of a batch whose exchange broke: %v, want ErrUnknownOutcome", err)
+		}
+	}
+	for range coalesceInflight {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.batches) == 0 || len(n.batches[0]) != 2 {
+		t.Fatalf("batches %v: want the two calls sent together first", n.batches)
 	}
 }
 

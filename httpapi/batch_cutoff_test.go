@@ -2,42 +2,20 @@ package httpapi
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/raftlock/raftlock/api"
+	"github.com/raftlock/raftlock/internal/testenv/httpfault"
 )
-
-// cutAfterHeadLeader stands in for a leader that applied the write and
-// sent its answer's head, and whose connection then broke before the
-// body: the follower has a 200 status and no answer.
-func cutAfterHeadLeader(t *testing.T) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.ReadAll(r.Body)
-		conn, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Errorf("hijack: %v", err)
-			return
-		}
-		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n")
-		buf.Flush()
-		if tc, ok := conn.(*net.TCPConn); ok {
-			tc.SetLinger(0)
-		}
-		conn.Close()
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 // A batched call that a follower relays, whose leader's answer breaks
 // after its head, may have been applied: its result is 504 unknown_outcome,
 // never a 200 without its lease.
 func TestBatchForwardedCallCutAfterHeadIsUnknown(t *testing.T) {
-	leader := cutAfterHeadLeader(t)
+	leader := httpfault.BreakingLeader(t, httpfault.HeadWithoutBody)
 	s := newServer(follower(strings.TrimPrefix(leader.URL, "http://")))
 	results := doBatch(t, s, batchOf(
 		batchCallOf(pathAcquire, `{"name":"a","ttl_ms":10000,"lease_id":"`+leaseA+`"}`),
@@ -53,7 +31,7 @@ func TestBatchForwardedCallCutAfterHeadIsUnknown(t *testing.T) {
 // The same request alone: a 504, not a 200 whose body never comes (which a
 // client could read as a grant); a read is asked again, never answered cut.
 func TestForwardedRequestCutAfterHeadIsUnknown(t *testing.T) {
-	leader := cutAfterHeadLeader(t)
+	leader := httpfault.BreakingLeader(t, httpfault.HeadWithoutBody)
 	s := newServer(follower(strings.TrimPrefix(leader.URL, "http://")))
 	rec := do(t, s, http.MethodPost, pathAcquire, `{"name":"a","ttl_ms":10000,"lease_id":"`+leaseA+`"}`)
 	wantError(t, rec, http.StatusGatewayTimeout, api.CodeUnknownOutcome, "cut off")

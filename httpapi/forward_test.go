@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/fsm"
 	"github.com/raftlock/raftlock/internal/nodeapi"
+	"github.com/raftlock/raftlock/internal/testenv/httpfault"
 )
 
 // writeRequests are the requests a follower must forward, one per endpoint
@@ -442,30 +442,11 @@ func TestForwardAfterElection(t *testing.T) {
 	}
 }
 
-// resettingLeader reads each request's whole body, then resets the
-// connection without answering: the leader may have applied the write.
-func resettingLeader(t *testing.T) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.ReadAll(r.Body)
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Errorf("hijack: %v", err)
-			return
-		}
-		if tc, ok := conn.(*net.TCPConn); ok {
-			tc.SetLinger(0) // RST, not FIN
-		}
-		conn.Close()
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 // A forwarded write that fails after the request went out leaves the
 // leader's decision unknown: 504 unknown_outcome, never 503. A read that
 // fails the same way applied nothing: 503.
 func TestForwardFailureAfterSendIsUnknown(t *testing.T) {
-	leader := resettingLeader(t)
+	leader := httpfault.BreakingLeader(t, "")
 	addr := strings.TrimPrefix(leader.URL, "http://")
 	for _, w := range writeRequests {
 		t.Run(w.path, func(t *testing.T) {
