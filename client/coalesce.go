@@ -221,15 +221,6 @@ func (q *coalescer) sendBatch(calls []*queued) {
 	}
 }
 
-// batchAnswer is the body of a 200 answer to POST /v1/batch.
-type batchAnswer struct {
-	Results []struct {
-		Status  int               `json:"status"`
-		Headers map[string]string `json:"headers"`
-		Body    json.RawMessage   `json:"body"`
-	} `json:"results"`
-}
-
 // errBatchAnswer: the node answered a batch 200 with a body that does not
 // give each call its answer. The calls ran, so their outcomes are unknown.
 var errBatchAnswer = errors.New("raftlock: malformed answer to a batch")
@@ -238,7 +229,7 @@ var errBatchAnswer = errors.New("raftlock: malformed answer to a batch")
 // headers of the batch's answer (the node's and the leader's ids) and the
 // call's own.
 func splitBatchAnswer(resp *response, calls int) ([]*response, error) {
-	var ans batchAnswer
+	var ans api.BatchAnswer
 	if err := json.Unmarshal(resp.body, &ans); err != nil {
 		return nil, fmt.Errorf("%w: %w", errBatchAnswer, err)
 	}

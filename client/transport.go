@@ -166,18 +166,14 @@ func (cl *call) sendFailed(ctx context.Context, u string, sent time.Time, attemp
 func (cl *call) answered(u string, sent time.Time, attempt int, resp *response, out any) (done bool, err error) {
 	c, r := cl.c, cl.r
 	if resp.status == http.StatusOK {
-		if out != nil && !wholeObject(resp.body) {
-			// A 200 whose body is not all there (cut off on the way) says
-			// nothing of what was done: like a reset connection.
+		if out != nil && (!isObject(resp.body) || json.Unmarshal(resp.body, out) != nil) {
+			// Every 200 of the API is one JSON object: one that is not all
+			// there (cut off on the way) says nothing of what was done,
+			// like a reset connection.
 			return cl.cutOff(u, sent, attempt)
 		}
 		if cl.tried.sent.IsZero() {
 			cl.tried.sent = sent
-		}
-		if out != nil {
-			if err := json.Unmarshal(resp.body, out); err != nil {
-				return true, fmt.Errorf("raftlock: decode answer of %s %s: %w", r.method, u+r.path, err)
-			}
 		}
 		return true, nil
 	}
@@ -216,11 +212,11 @@ func (cl *call) answered(u string, sent time.Time, attempt int, resp *response, 
 	return true, apiErr
 }
 
-// wholeObject reports whether body is one whole JSON object, as every 200
-// answer of the API is.
-func wholeObject(body []byte) bool {
-	body = bytes.TrimSpace(body)
-	return len(body) > 0 && body[0] == '{' && json.Valid(body)
+// isObject reports whether body starts as a JSON object does (json.Unmarshal
+// takes "null" into a struct without an error).
+func isObject(body []byte) bool {
+	body = bytes.TrimLeft(body, " \t\r\n")
+	return len(body) > 0 && body[0] == '{'
 }
 
 // cutOff handles a 200 whose body did not arrive whole: the request may

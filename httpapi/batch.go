@@ -33,18 +33,6 @@ import (
 // pathBatch is the batch route.
 const pathBatch = "/v1/batch"
 
-// batchRequest is the body of POST /v1/batch.
-type batchRequest struct {
-	Calls []batchCall `json:"calls"`
-}
-
-// batchCall is one call of a batch: the path of a batchable route and the
-// JSON body that request would carry.
-type batchCall struct {
-	Path string          `json:"path"`
-	Body json.RawMessage `json:"body"`
-}
-
 // batchRoutes are the routes a batch may call: the lock cycle's writes,
 // which never wait. An acquire with wait_ms would hold every other answer
 // of its batch until it ends, so it is refused in a batch.
@@ -170,10 +158,10 @@ func batched(ctx context.Context) bool { return ctx.Value(batchedKey{}) != nil }
 
 // decodeBatch parses and checks a batch as a whole; a refused batch runs
 // none of its calls. Each call's body is checked by its own route.
-func decodeBatch(body []byte) ([]batchCall, error) {
+func decodeBatch(body []byte) ([]api.BatchCall, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	var req batchRequest
+	var req api.BatchRequest
 	if err := dec.Decode(&req); err != nil {
 		return nil, badRequest("batch: %v", err)
 	}
@@ -196,7 +184,7 @@ func decodeBatch(body []byte) ([]batchCall, error) {
 
 // subRequest is the request call stands for, with the batch's headers (its
 // token among them) and its body.
-func subRequest(ctx context.Context, r *http.Request, call batchCall) *http.Request {
+func subRequest(ctx context.Context, r *http.Request, call api.BatchCall) *http.Request {
 	sub := &http.Request{
 		Method:        http.MethodPost,
 		URL:           &url.URL{Path: call.Path},
@@ -241,16 +229,16 @@ func (s *subResponse) Write(p []byte) (int, error) {
 	return s.body.Write(p)
 }
 
-// settle makes sure the call's answer is a whole JSON object: a call whose
-// handler wrote none (an answer cut off, a handler that wrote nothing) may
-// have been applied, and is answered so (504 unknown_outcome).
+// settle answers a call whose handler wrote no body (none does on
+// purpose) 504 unknown_outcome: it may have been applied. Bodies are whole
+// JSON objects when written: writeJSON encodes before it writes, and a
+// relayed answer is read whole before it is passed on (forward.go).
 func (s *subResponse) settle() {
-	body := bytes.TrimSpace(s.body.Bytes())
-	if len(body) > 0 && body[0] == '{' && json.Valid(body) {
+	if len(bytes.TrimSpace(s.body.Bytes())) > 0 {
 		return
 	}
 	*s = subResponse{}
-	writeError(s, fmt.Errorf("%w: the call's answer was not whole", errUnknownOutcome))
+	writeError(s, fmt.Errorf("%w: the call was answered without a body", errUnknownOutcome))
 }
 
 // writeBatch answers 200 with each call's status, the headers its own

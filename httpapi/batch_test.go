@@ -13,12 +13,6 @@ import (
 	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
-type batchResult struct {
-	Status  int               `json:"status"`
-	Headers map[string]string `json:"headers"`
-	Body    json.RawMessage   `json:"body"`
-}
-
 func batchOf(calls ...string) string {
 	return `{"calls":[` + strings.Join(calls, ",") + `]}`
 }
@@ -27,15 +21,13 @@ func batchCallOf(path, body string) string {
 	return fmt.Sprintf(`{"path":%q,"body":%s}`, path, body)
 }
 
-func doBatch(t *testing.T, h http.Handler, body string, hdr ...string) []batchResult {
+func doBatch(t *testing.T, h http.Handler, body string, hdr ...string) []api.BatchResult {
 	t.Helper()
 	rec := do(t, h, http.MethodPost, "/v1/batch", body, hdr...)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("batch: status %d, body %s", rec.Code, rec.Body)
 	}
-	var ans struct {
-		Results []batchResult `json:"results"`
-	}
+	var ans api.BatchAnswer
 	if err := json.Unmarshal(rec.Body.Bytes(), &ans); err != nil {
 		t.Fatalf("batch answer %s: %v", rec.Body, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/raftlock/raftlock/api"
 	"github.com/raftlock/raftlock/cmd/raftlock-check/history"
 )
 
@@ -49,19 +50,14 @@ func (c *Client) postBatch(hc *http.Client, node string, e history.Entry, path s
 		paths[0], paths[1] = paths[1], paths[0]
 		bodies[0], bodies[1] = bodies[1], bodies[0]
 	}
-	type call struct {
-		Path string `json:"path"`
-		Body any    `json:"body"`
-	}
-	req := struct {
-		Calls []call `json:"calls"`
-	}{}
+	var req api.BatchRequest
 	now := history.Now()
 	for i := range entries {
 		entries[i].Kind, entries[i].ID, entries[i].Client, entries[i].Node = "call", c.nextID(), c.cfg.ID, node
 		entries[i].Time, entries[i].Batched = now, true
 		c.cfg.Journal.Write(entries[i])
-		req.Calls = append(req.Calls, call{paths[i], bodies[i]})
+		b, _ := json.Marshal(bodies[i])
+		req.Calls = append(req.Calls, api.BatchCall{Path: paths[i], Body: b})
 	}
 	b, _ := json.Marshal(req)
 	resp, err := hc.Post(node+"/v1/batch", "application/json", bytes.NewReader(b))
@@ -110,13 +106,7 @@ func splitAnswer(resp *http.Response, err error, n int) []answer {
 		}
 		return out
 	}
-	var ans struct {
-		Results []struct {
-			Status  int               `json:"status"`
-			Headers map[string]string `json:"headers"`
-			Body    json.RawMessage   `json:"body"`
-		} `json:"results"`
-	}
+	var ans api.BatchAnswer
 	if jerr := json.Unmarshal(raw, &ans); jerr != nil || len(ans.Results) != n {
 		// The calls ran, but what they did is not in the answer.
 		for i := range out {

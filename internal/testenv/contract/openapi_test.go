@@ -371,12 +371,7 @@ func runContract(t *testing.T, spec []byte, cl *testenv.Cluster) {
 		`{"path":"/v1/locks/acquire","body":{"name":"contract-batch","owner":"o","ttl_ms":10000,"lease_id":"batchbatchbatch-01"}},` +
 		`{"path":"/v1/locks/release","body":{"name":"contract-nothing","lease_id":"batchbatchbatch-02"}}]}`})
 	c.want(st, b, 200)
-	res := decode[struct {
-		Results []struct {
-			Status int             `json:"status"`
-			Body   json.RawMessage `json:"body"`
-		} `json:"results"`
-	}](t, b).Results
+	res := decode[api.BatchAnswer](t, b).Results
 	if len(res) != 2 || res[0].Status != 200 || res[1].Status != 409 {
 		t.Fatalf("batch through a follower: %s, want an acquire's 200 then a release's 409", b)
 	}
