@@ -45,7 +45,7 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 		cmd.SessionID = api.NewLeaseID()
 	}
 	seededSessionTTL(&cmd) // session-late (test builds only)
-	return n.applyAdmitted(cmd)
+	return n.applyAdmitted(ctx, cmd)
 }
 
 // requireFormat refuses early, with ErrNotSupportedYet, a command the format this
@@ -58,6 +58,7 @@ func (n *Node) requireFormat(ctx context.Context, cmd fsm.Command) error {
 	if fsm.Fits(cmd, v) {
 		return nil
 	}
+	leaveGathering(ctx) // the survey may take a while: the others go on
 	if v = n.awaitFormat(ctx, cmd); fsm.Fits(cmd, v) {
 		return nil
 	}
@@ -85,7 +86,7 @@ func (n *Node) forceRelease(ctx context.Context, cmd fsm.Command) (fsm.Result, e
 	if err := n.requireFormat(ctx, cmd); err != nil {
 		return fsm.Result{}, err
 	}
-	r, err := n.applyAdmitted(cmd)
+	r, err := n.applyAdmitted(ctx, cmd)
 	if err == nil && r.Status == fsm.StatusOK && len(r.Freed) == 0 && r.Lock.Token != 0 {
 		// The lock-delay may end before the lease's deadline did: wake the
 		// leader loop to tick at its end rather than up to TickInterval late.
@@ -99,14 +100,24 @@ func (n *Node) forceRelease(ctx context.Context, cmd fsm.Command) (fsm.Result, e
 // overload, fast refusals keep the latency of accepted writes bounded where
 // queueing would grow it without limit. The leader's own entries (ticks,
 // grants to parked waiters) bypass the bound; they must never be shed.
-func (n *Node) applyAdmitted(cmd fsm.Command) (fsm.Result, error) {
+func (n *Node) applyAdmitted(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	select {
 	case n.pending <- struct{}{}:
 	default:
 		return fsm.Result{}, ErrOverloaded
 	}
 	defer func() { <-n.pending }()
-	return n.apply(cmd)
+	c := gathered(ctx)
+	if c == nil {
+		return n.apply(cmd)
+	}
+	f, err := c.offer(cmd)
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	r, _, err := n.await(f, cmd.Op, false)
+	n.afterWrite(cmd, r, err)
+	return r, err
 }
 
 // Acquire proposes an acquire of a lock (any mode) or of a semaphore
@@ -132,6 +143,7 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 	}
 	q := n.waiters.queueFor(cmd.Op)
 	if refused, term, ok := n.refusedHere(cmd); ok {
+		leaveGathering(ctx) // a leadership round: the others go on
 		if err := n.raft.VerifyLeader().Error(); err != nil {
 			return fsm.Result{}, raftError("verify leader", err)
 		}
@@ -145,7 +157,7 @@ func (n *Node) Acquire(ctx context.Context, cmd fsm.Command, wait time.Duration)
 			return q.wait(ctx, cmd, refused, wait)
 		}
 	}
-	r, err := n.applyAdmitted(cmd)
+	r, err := n.applyAdmitted(ctx, cmd)
 	if err != nil || r.Status != q.busy || wait <= 0 {
 		return r, err
 	}
@@ -225,15 +237,20 @@ func (n *Node) Waiters() int { return n.waiters.size() }
 // A node whose state diverged accepts no writes.
 func (n *Node) apply(cmd fsm.Command) (fsm.Result, error) {
 	r, _, err := n.applyExt(cmd, extension{})
+	n.afterWrite(cmd, r, err)
+	return r, err
+}
+
+// afterWrite wakes the leader loop after a write that set a new or moved
+// deadline: it may be asleep until a later one (or an hour, with no
+// timers).
+func (n *Node) afterWrite(cmd fsm.Command, r fsm.Result, err error) {
 	if err == nil && r.Status == fsm.StatusOK {
 		switch cmd.Op {
 		case fsm.OpSessionCreate, fsm.OpSessionRenew, fsm.OpSemAcquire, fsm.OpSemRenew, fsm.OpRenew:
-			// A new or moved deadline: the leader loop may be asleep until
-			// a later one (or an hour, with no timers); wake it.
 			n.wakeLeaderLoop()
 		}
 	}
-	return r, err
 }
 
 // applyExt stamps cmd with this leader's clock and commits it through Raft
@@ -255,8 +272,30 @@ func (n *Node) applyOwn(cmd fsm.Command) (fsm.Result, error) {
 }
 
 func (n *Node) applyExtWait(cmd fsm.Command, x extension, stoppable bool) (fsm.Result, uint64, error) {
+	f, err := n.offer(cmd, x)
+	if err != nil {
+		return fsm.Result{}, 0, err
+	}
+	return n.await(f, cmd.Op, stoppable)
+}
+
+// offer stamps cmd with this leader's clock and hands it to Raft with a
+// checksum and the given flags, returning its future.
+func (n *Node) offer(cmd fsm.Command, x extension) (raft.ApplyFuture, error) {
+	n.appendMu.RLock() // a backup restore must see no entry land while it runs (backup.go)
+	defer n.appendMu.RUnlock()
+	l, err := n.entry(cmd, x)
+	if err != nil {
+		return nil, err
+	}
+	return n.raft.ApplyLog(l, n.cfg.ApplyTimeout), nil
+}
+
+// entry stamps cmd with this leader's clock and encodes it, with a checksum
+// and the given flags, as the Raft entry to offer.
+func (n *Node) entry(cmd fsm.Command, x extension) (raft.Log, error) {
 	if _, bad := n.Diverged(); bad {
-		return fsm.Result{}, 0, ErrDiverged
+		return raft.Log{}, ErrDiverged
 	}
 	// A stamp must be read while this node leads the term its entry is
 	// logged in: the FSM bases a new term's clock on the term's first
@@ -270,22 +309,25 @@ func (n *Node) applyExtWait(cmd fsm.Command, x extension, stoppable bool) (fsm.R
 	// cannot say; there that stall remains the known limit.
 	term := n.raft.CurrentTerm()
 	if !n.IsLeader() {
-		return fsm.Result{}, 0, ErrNotLeader
+		return raft.Log{}, ErrNotLeader
 	}
 	cmd.Stamp = n.clock.Now()
 	if n.raft.CurrentTerm() != term {
-		return fsm.Result{}, 0, ErrNotLeader
+		return raft.Log{}, ErrNotLeader
 	}
 	cmd.Version, cmd.StampTerm = n.commandVersionIn(term), term
 	if !fsm.Fits(cmd, cmd.Version) {
 		// Checked here, with the version this entry is written in: an
 		// entry its own format cannot carry would stop every replica.
-		return fsm.Result{}, 0, fmt.Errorf("%w: %v needs command format %d on every member; this leader may write format %d in term %d", ErrNotSupportedYet, cmd.Op, fsm.MinVersion(cmd), cmd.Version, term)
+		return raft.Log{}, fmt.Errorf("%w: %v needs command format %d on every member; this leader may write format %d in term %d", ErrNotSupportedYet, cmd.Op, fsm.MinVersion(cmd), cmd.Version, term)
 	}
 	data := cmd.Encode(nil)
-	n.appendMu.RLock() // a backup restore must see no entry land while it runs (backup.go)
-	f := n.raft.ApplyLog(raft.Log{Data: data, Extensions: encodeExtension(data, x)}, n.cfg.ApplyTimeout)
-	n.appendMu.RUnlock()
+	return raft.Log{Data: data, Extensions: encodeExtension(data, x)}, nil
+}
+
+// await waits for an offered entry and returns the state machine's answer
+// and the entry's index.
+func (n *Node) await(f raft.ApplyFuture, op fsm.Op, stoppable bool) (fsm.Result, uint64, error) {
 	var err error
 	if stoppable {
 		err = n.awaitUnlessStopped(f)
@@ -293,7 +335,7 @@ func (n *Node) applyExtWait(cmd fsm.Command, x extension, stoppable bool) (fsm.R
 		err = f.Error()
 	}
 	if err != nil {
-		return fsm.Result{}, 0, raftError("apply "+cmd.Op.String(), err)
+		return fsm.Result{}, 0, raftError("apply "+op.String(), err)
 	}
 	r, _ := f.Response().(fsm.Result)
 	return r, f.Index(), nil

@@ -462,7 +462,10 @@ func (c *ManualClock) Advance(d time.Duration) {
 }
 
 // Ensure the helper matches the API's expectations at compile time.
-var _ httpapi.Store = (*raftnode.Node)(nil)
+var (
+	_ httpapi.Store    = (*raftnode.Node)(nil)
+	_ httpapi.Gatherer = (*raftnode.Node)(nil)
+)
 
 // Context returns a context bounded by d, cancelled when the test ends.
 func Context(t testing.TB, d time.Duration) context.Context {
