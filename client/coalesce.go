@@ -13,20 +13,24 @@ import (
 )
 
 // Coalescing. The lock cycle's calls to one node (an acquire that does not
-// wait, a renew, a release) go out at once while fewer than
-// coalesceInflight exchanges with that node are under way. Calls made
-// meanwhile wait for the next exchange to end and then go together, in
-// one POST /v1/batch. The node serves each call of a batch as the request
-// it stands for, so each answer is the one the call would have had alone;
-// what a batch saves is the node's work per exchange (a read, a write, a
-// wake-up and a response head), which is most of a leader's work per call.
+// wait, a renew, a release) go out at once while the node has no exchange
+// of this client under way, or only lone calls, fewer than
+// coalesceInflight of them. Calls made meanwhile wait for the exchanges
+// under way to end and then go together, in one POST /v1/batch. The node
+// serves each call of a batch as the request it stands for, so each answer
+// is the one the call would have had alone. What a batch saves is the
+// node's work per exchange (a read, a write, a wake-up and a response
+// head) and per Raft round: the node offers a batch's entries to Raft
+// together, so they share the leader's fdatasync and each follower's
+// AppendEntries, where calls sent apart each start a round of their own.
 // A lone call, or two at once, is never held back: coalescing only starts
 // when calls would otherwise queue at the node.
 
-// coalesceInflight is how many exchanges with one node may be under way
-// before further calls wait to go together. Two keeps a node busy between
-// exchanges; more made smaller batches and cost the leader more CPU per
-// call (docs/PERFORMANCE.md).
+// coalesceInflight is how many lone calls to one node may be under way
+// before further calls wait to go together. While a batch is under way
+// the calls made meanwhile wait for it: a second exchange then would start
+// a second Raft round for a few calls that the next batch carries for
+// nothing (docs/PERFORMANCE.md).
 const coalesceInflight = 2
 
 // batchable reports whether r may go in a batch: the routes the API
@@ -48,9 +52,15 @@ type coalescer struct {
 	u string
 
 	mu       sync.Mutex
-	inflight int
+	inflight int // exchanges under way
+	batches  int // of them, those carrying more than one call
 	queue    []*queued
 	alone    bool // the node answered a batch 404: it has none, every call goes alone
+}
+
+// mayStart says whether another exchange may start now; q.mu is held.
+func (q *coalescer) mayStart() bool {
+	return q.inflight == 0 || q.inflight < coalesceInflight && q.batches == 0
 }
 
 type queued struct {
@@ -87,11 +97,11 @@ func (c *Client) coalescerFor(u string) *coalescer {
 // the next batch.
 func (q *coalescer) send(ctx context.Context, r request, body []byte) (*response, error) {
 	q.mu.Lock()
-	if q.inflight < coalesceInflight || q.alone {
+	if q.alone || len(q.queue) == 0 && q.mayStart() {
 		q.inflight++
 		q.mu.Unlock()
 		resp, err := q.c.sendOne(ctx, q.u, r, body)
-		q.exchangeDone()
+		q.exchangeDone(false)
 		return resp, err
 	}
 	it := &queued{ctx: ctx, r: r, body: body, done: make(chan sent, 1)}
@@ -117,22 +127,29 @@ func (q *coalescer) send(ctx context.Context, r request, body []byte) (*response
 	return nil, ctx.Err()
 }
 
-// exchangeDone ends one exchange; the calls queued meanwhile, if any, go
-// out in its place.
-func (q *coalescer) exchangeDone() {
+// exchangeDone ends one exchange (a batch, if batch); the calls queued
+// meanwhile, if any, go out next once another exchange may start.
+func (q *coalescer) exchangeDone(batch bool) {
 	q.mu.Lock()
-	if len(q.queue) == 0 {
-		q.inflight--
+	q.inflight--
+	if batch {
+		q.batches--
+	}
+	if len(q.queue) == 0 || !q.mayStart() {
 		q.mu.Unlock()
 		return
 	}
 	n := batchFits(q.queue)
 	calls := append([]*queued(nil), q.queue[:n]...)
 	q.queue = append(q.queue[:0], q.queue[n:]...)
+	q.inflight++
+	if n > 1 {
+		q.batches++
+	}
 	q.mu.Unlock()
 	go func() {
 		q.sendBatch(calls)
-		q.exchangeDone()
+		q.exchangeDone(n > 1)
 	}()
 }
 

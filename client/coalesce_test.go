@@ -21,15 +21,19 @@ import (
 // lease of the lock named, each with the next token. An acquire sent alone
 // waits for gate, so that a test decides when the exchanges under way end.
 type batchNode struct {
-	srv      *httptest.Server
-	gate     chan struct{}
-	arrived  chan string // the name of each acquire sent alone, as it arrives
-	noBatch  bool        // answer /v1/batch 404, as a node from before batches
-	mu       sync.Mutex
-	token    uint64
-	batches  [][]string // the names of each batch's calls
-	singles  []string
-	received map[string]int // every name, however it came
+	srv     *httptest.Server
+	gate    chan struct{}
+	arrived chan string // the name of each acquire sent alone, as it arrives
+	noBatch bool        // answer /v1/batch 404, as a node from before batches
+	// batchGate, when set, holds each batch's answer until it is closed;
+	// the names of each batch's calls come on batchArrived as it arrives.
+	batchGate    chan struct{}
+	batchArrived chan []string
+	mu           sync.Mutex
+	token        uint64
+	batches      [][]string // the names of each batch's calls
+	singles      []string
+	received     map[string]int // every name, however it came
 }
 
 func newBatchNode(t *testing.T) *batchNode {
@@ -93,6 +97,10 @@ func (n *batchNode) serve(w http.ResponseWriter, r *http.Request) {
 		n.mu.Lock()
 		n.batches = append(n.batches, names)
 		n.mu.Unlock()
+		if n.batchGate != nil {
+			n.batchArrived <- names
+			<-n.batchGate
+		}
 		if slices.ContainsFunc(names, func(s string) bool { return strings.HasPrefix(s, "broken-") }) {
 			httpfault.Break(w, r, "") // the calls may all have been applied
 			return
@@ -180,6 +188,62 @@ func TestCoalescedCallsShareOneExchange(t *testing.T) {
 	defer n.mu.Unlock()
 	if len(n.batches) != 1 || len(n.batches[0]) != queued || len(n.singles) != coalesceInflight {
 		t.Fatalf("node saw batches %v and single calls %v; want one batch of the %d queued calls", n.batches, n.singles, queued)
+	}
+}
+
+// While a batch is under way, a call made meanwhile waits for it even
+// though fewer than coalesceInflight exchanges are under way: another
+// exchange would start another Raft round for what the next batch carries.
+func TestCallWaitsForTheBatchUnderWay(t *testing.T) {
+	n := newBatchNode(t)
+	n.batchGate, n.batchArrived = make(chan struct{}), make(chan []string, 4)
+	answerBatches := sync.OnceFunc(func() { close(n.batchGate) })
+	t.Cleanup(answerBatches) // before the node closes, should the test fail first
+	c, _ := newTestClient(t, []string{n.srv.URL})
+	ctx := testenv.Context(t, 30*time.Second)
+	done := fillExchanges(t, ctx, c, n.arrived) // lone calls go at once, two of them
+	acquire := func(name string) <-chan error {
+		out := make(chan error, 1)
+		go func() {
+			l, err := c.TryAcquire(ctx, name, AcquireOptions{TTL: 10 * time.Second})
+			if err == nil {
+				l.Detach()
+			}
+			out <- err
+		}()
+		return out
+	}
+	var batched []<-chan error
+	for i := range 3 {
+		batched = append(batched, acquire(fmt.Sprintf("batched-%d", i)))
+	}
+	testenv.WaitFor(t, 10*time.Second, "the calls to queue", func() bool { return queuedCalls(c, n.srv.URL) == 3 })
+	close(n.gate) // the lone calls end; the queued ones go as one batch
+	select {
+	case names := <-n.batchArrived:
+		if len(names) != 3 {
+			t.Fatalf("batch of %v, want the three queued calls", names)
+		}
+	case <-ctx.Done():
+		t.Fatal("the queued calls never went")
+	}
+	for range coalesceInflight {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := acquire("later")
+	testenv.WaitFor(t, 10*time.Second, "the later call to wait for the batch", func() bool { return queuedCalls(c, n.srv.URL) == 1 })
+	answerBatches()
+	for _, ch := range append(batched, later) {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if fmt.Sprint(n.singles) != "[single-0 single-1 later]" && fmt.Sprint(n.singles) != "[single-1 single-0 later]" {
+		t.Fatalf("calls sent alone: %v; want the two first and the later one, after the batch", n.singles)
 	}
 }
 
