@@ -53,9 +53,9 @@ type Client struct {
 
 // WithCoalescing turns coalescing on or off (default on): with it, when
 // calls of the lock cycle (an acquire that does not wait, a renew, a
-// release) to one node would queue behind two exchanges already under way,
-// they go to the node together in one POST /v1/batch, each answered as it
-// would have been alone. It costs a lone call nothing and saves the nodes
+// release) are made while a batch, or two lone calls, are under way with a
+// node, they go to the node together in one POST /v1/batch, each answered
+// as it would have been alone. It costs a lone call nothing and saves the nodes
 // most of their work per call under load.
 func WithCoalescing(on bool) Option { return func(c *Client) { c.coalesce = on } }
 

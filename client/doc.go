@@ -35,11 +35,11 @@
 // timeout or a leader change is idempotent: it gets the same lease and token
 // rather than locking its own caller out.
 //
-// One Client is meant to be shared by a process's goroutines: when the
-// acquires (without waiting), renews and releases they make at once to one
-// node would queue behind two exchanges already under way, they go to the
-// node together in one POST /v1/batch, each answered as it would have been
-// alone (WithCoalescing(false) turns it off). Under load this saves the
+// One Client is meant to be shared by a process's goroutines: the acquires
+// (without waiting), renews and releases they make while a batch, or two
+// lone calls, are under way with a node go to the node together in one
+// POST /v1/batch, each answered as it would have been alone
+// (WithCoalescing(false) turns it off). Under load this saves the
 // nodes most of their CPU per call; a lone call is never held back.
 //
 // A 503 or 429 promises that nothing was applied. A 504 unknown_outcome, or a
