@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -181,20 +182,34 @@ func (g *gathering) take() []*gatherEntry {
 }
 
 // offerNow offers batch, if any, and lets its calls go on to wait for
-// their entries.
+// their entries, whatever happens to the offer: a call left waiting on
+// ready would hold its batch's answer for ever.
 func (g *gathering) offerNow(batch []*gatherEntry) {
 	if len(batch) == 0 {
 		return
 	}
+	defer func() {
+		for _, e := range batch {
+			if e.f == nil && e.err == nil {
+				e.err = errNotOffered
+			}
+			close(e.ready)
+		}
+	}()
 	g.offerAll(batch)
-	for _, e := range batch {
-		close(e.ready)
-	}
 }
+
+// errNotOffered answers a gathered call whose entry the offer did not
+// reach (it panicked): nothing of it reached Raft.
+var errNotOffered = errors.New("raftnode: the write was not offered to raft")
 
 // offerAll offers the entries to Raft in order. Every entry is built first
 // and the offers then follow each other with nothing in between: Raft's
 // leader loop, woken by the first, takes whatever is queued when it runs.
+// The batch shares one ApplyTimeout, as its calls sent alone would each
+// wait one at once: while Raft's queue stays full, the entries not offered
+// by then are refused at once (overloaded, never offered), not each after
+// a timeout of its own.
 func (n *Node) offerAll(batch []*gatherEntry) {
 	logs := make([]raft.Log, len(batch))
 	n.appendMu.RLock() // a backup restore must see no entry land while it runs (backup.go)
@@ -202,9 +217,16 @@ func (n *Node) offerAll(batch []*gatherEntry) {
 	for i, e := range batch {
 		logs[i], e.err = n.entry(e.cmd, extension{})
 	}
+	deadline := time.Now().Add(n.cfg.ApplyTimeout)
 	for i, e := range batch {
-		if e.err == nil {
-			e.f = n.raft.ApplyLog(logs[i], n.cfg.ApplyTimeout)
+		if e.err != nil {
+			continue
 		}
+		wait := time.Until(deadline)
+		if wait <= 0 { // ApplyLog would take 0 for no timeout at all
+			e.err = ErrOverloaded
+			continue
+		}
+		e.f = n.raft.ApplyLog(logs[i], wait)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,4 +258,130 @@ func TestNoGatheringOutsideABatch(t *testing.T) {
 		t.Fatal("a plain context has a gathering")
 	}
 	leaveGathering(context.Background()) // no gathering: nothing to do, no panic
+}
+
+// stallingDisk is a log store whose appends block while stalled: a leader
+// whose disk hangs, so that raft's leader loop stops taking entries.
+type stallingDisk struct {
+	raft.LogStore
+	stalled chan struct{} // appends wait until it is closed
+}
+
+func (d *stallingDisk) StoreLog(l *raft.Log) error { <-d.stalled; return d.LogStore.StoreLog(l) }
+func (d *stallingDisk) StoreLogs(ls []*raft.Log) error {
+	<-d.stalled
+	return d.LogStore.StoreLogs(ls)
+}
+
+// While raft's apply queue stays full, a batch's calls are refused
+// (overloaded: never offered) as soon as calls sent alone would be, after
+// one ApplyTimeout for the batch, not one after another.
+func TestGatheredCallsShareOneEnqueueTimeout(t *testing.T) {
+	const applyTimeout = 100 * time.Millisecond
+	disk := stallingDisk{stalled: make(chan struct{})}
+	var stalling atomic.Bool
+	n := startSingle(t, Config{ApplyTimeout: applyTimeout, wrapLogs: func(s raft.LogStore) raft.LogStore {
+		disk.LogStore = s
+		return storeSwitch{LogStore: s, on: &stalling, stalled: &disk, normal: s}
+	}})
+	stalling.Store(true)
+	t.Cleanup(func() { close(disk.stalled) })
+	ctx := context.Background()
+	// Fill raft's queue behind the stuck leader loop, until a write alone
+	// gets its enqueue timeout.
+	var shed atomic.Int64
+	for i := range 400 {
+		go func() {
+			_, err := n.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: fmt.Sprintf("fill/%d", i), LeaseID: "fill-0123456789abcdef"})
+			if errors.Is(err, ErrOverloaded) {
+				shed.Add(1)
+			}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for shed.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("raft's apply queue never filled")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	const calls = 30
+	ctxs, done := n.Gather(ctx, calls)
+	errs := make([]error, calls)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = n.Apply(ctxs[i], fsm.Command{Op: fsm.OpRelease, Name: fmt.Sprintf("b/%d", i), LeaseID: "batch-0123456789abcdef"})
+			done(i)
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for i, err := range errs {
+		if !errors.Is(err, ErrOverloaded) {
+			t.Errorf("call %d: %v, want ErrOverloaded (never offered)", i, err)
+		}
+	}
+	// Offered one after another, each waiting its own ApplyTimeout, the
+	// last would be answered after calls x ApplyTimeout (3 s).
+	if took > 10*applyTimeout {
+		t.Fatalf("the batch's %d calls were answered after %v; one ApplyTimeout is %v", calls, took, applyTimeout)
+	}
+}
+
+// storeSwitch sends appends to stalled while on is set, else to normal,
+// so a node can start and lead before its disk stalls.
+type storeSwitch struct {
+	raft.LogStore
+	on              *atomic.Bool
+	stalled, normal raft.LogStore
+}
+
+func (s storeSwitch) StoreLog(l *raft.Log) error {
+	if s.on.Load() {
+		return s.stalled.StoreLog(l)
+	}
+	return s.normal.StoreLog(l)
+}
+
+func (s storeSwitch) StoreLogs(ls []*raft.Log) error {
+	if s.on.Load() {
+		return s.stalled.StoreLogs(ls)
+	}
+	return s.normal.StoreLogs(ls)
+}
+
+// If the offer panics, no joined call is left waiting for it: the panic
+// goes up the goroutine that offered, and every entry not offered answers
+// its own call.
+func TestGatheringPanicLeavesNoCallWaiting(t *testing.T) {
+	g := &gathering{open: 2, afterFunc: time.AfterFunc,
+		offerAll: func([]*gatherEntry) { panic("offer broke") }}
+	ctxs, _ := g.calls(context.Background(), 2)
+	first := make(chan error, 1)
+	go func() {
+		_, err := gathered(ctxs[0]).offer(fsm.Command{Name: "a"})
+		first <- err
+	}()
+	waitJoined(t, g, 1)
+	func() {
+		defer func() {
+			if p := recover(); p != "offer broke" {
+				t.Errorf("recovered %v, want the offer's panic", p)
+			}
+		}()
+		gathered(ctxs[1]).offer(fsm.Command{Name: "b"}) // the last call offers, and panics
+		t.Error("the offer's panic was swallowed")
+	}()
+	select {
+	case err := <-first:
+		if !errors.Is(err, errNotOffered) {
+			t.Fatalf("the waiting call got %v, want errNotOffered", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a joined call still waits after the offer panicked")
+	}
 }
