@@ -15,8 +15,9 @@ import (
 // Coalescing. The lock cycle's calls to one node (an acquire that does not
 // wait, a renew, a release) go out at once while the node has no exchange
 // of this client under way, or only lone calls, fewer than
-// coalesceInflight of them. Calls made meanwhile wait for the exchanges
-// under way to end and then go together, in one POST /v1/batch. The node
+// coalesceInflight of them. Calls made meanwhile wait until another
+// exchange may start (the batch under way, or a lone call, has been
+// answered) and then go together, in one POST /v1/batch. The node
 // serves each call of a batch as the request it stands for, so each answer
 // is the one the call would have had alone. What a batch saves is the
 // node's work per exchange (a read, a write, a wake-up and a response
