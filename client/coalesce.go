@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sync"
 
 	"github.com/raftlock/raftlock/api"
@@ -150,6 +151,14 @@ func (q *coalescer) exchangeDone(batch bool) {
 	q.mu.Unlock()
 	go func() {
 		q.sendBatch(calls)
+		if n > 1 {
+			// The callers just answered often call again at once (a
+			// release after an acquire): let them run before the next
+			// batch leaves, so their calls go in it rather than in one
+			// more exchange, and one more Raft round, after it. The
+			// exchange still counts as under way, so they queue.
+			runtime.Gosched()
+		}
 		q.exchangeDone(n > 1)
 	}()
 }
