@@ -76,16 +76,18 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) {
 	for i := range calls {
 		sub := subRequest(ctxs[i], r, calls[i])
 		route := s.routes.match(sub)
-		if i == len(calls)-1 {
-			s.serveCall(route.chain, &results[i], sub) // the last on this goroutine
+		serve := func() {
+			s.serveCall(route.chain, &results[i], sub)
 			done(i)
+		}
+		if i == len(calls)-1 {
+			serve() // the last on this goroutine
 			break
 		}
 		wg.Add(1)
 		s.runCall(func() {
 			defer wg.Done()
-			s.serveCall(route.chain, &results[i], sub)
-			done(i)
+			serve()
 		})
 	}
 	wg.Wait()

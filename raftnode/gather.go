@@ -53,17 +53,11 @@ const gatherWait = 2 * time.Millisecond
 
 // gatherCall is one call's place in a gathering.
 type gatherCall struct {
-	g     *gathering
-	state gatherState // guarded by g.mu
+	g *gathering
+	// out: the call has joined, left, or gone to Raft alone, so it is no
+	// longer among the open calls. Guarded by g.mu.
+	out bool
 }
-
-type gatherState uint8
-
-const (
-	callOpen   gatherState = iota // has not reached Raft yet
-	callJoined                    // waits in the gathering, or was offered with it
-	callLeft                      // answered, or went to Raft alone
-)
 
 // gatherEntry is a joined call's write and, once offered, its future.
 type gatherEntry struct {
@@ -118,12 +112,12 @@ func leaveGathering(ctx context.Context) {
 func (c *gatherCall) offer(cmd fsm.Command) (raft.ApplyFuture, error) {
 	g := c.g
 	g.mu.Lock()
-	if c.state != callOpen || g.offered {
-		c.state = callLeft
+	if c.out || g.offered {
+		c.out = true
 		g.mu.Unlock()
 		return g.alone(cmd)
 	}
-	c.state = callJoined
+	c.out = true
 	g.open--
 	e := &gatherEntry{cmd: cmd, ready: make(chan struct{})}
 	g.joined = append(g.joined, e)
@@ -145,11 +139,11 @@ func (c *gatherCall) offer(cmd fsm.Command) (raft.ApplyFuture, error) {
 func (c *gatherCall) leave() {
 	g := c.g
 	g.mu.Lock()
-	if c.state != callOpen {
+	if c.out {
 		g.mu.Unlock()
 		return
 	}
-	c.state = callLeft
+	c.out = true
 	g.open--
 	var batch []*gatherEntry
 	if g.open == 0 {

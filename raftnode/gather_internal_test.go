@@ -96,12 +96,19 @@ func waitJoined(t *testing.T, g *gathering, n int) {
 	}
 }
 
-func pending(t *testing.T, ch <-chan error) {
+// pending fails if anything was offered, or a joined call returned, while
+// some call of the gathering is still open.
+func pending(t *testing.T, o *offers, chs ...<-chan error) {
 	t.Helper()
-	select {
-	case err := <-ch:
-		t.Fatalf("a joined call returned (%v) before every call had joined or left", err)
-	default:
+	if groups, alone, _ := o.snapshot(); len(groups) != 0 || len(alone) != 0 {
+		t.Fatalf("offered %v together and %v alone while a call is still open", groups, alone)
+	}
+	for _, ch := range chs {
+		select {
+		case err := <-ch:
+			t.Fatalf("a joined call returned (%v) before every call had joined or left", err)
+		default:
+		}
 	}
 }
 
@@ -123,11 +130,10 @@ func TestGatheringOffersTogetherOnceEveryCallJoinedOrLeft(t *testing.T) {
 	a := join(ctxs[0], "a")
 	b := join(ctxs[2], "b")
 	waitJoined(t, g, 2)
-	pending(t, a)
-	pending(t, b)
+	pending(t, &o, a, b)
 	done(1) // answered without a write: a refusal, an error
 	waitJoined(t, g, 2)
-	pending(t, a)
+	pending(t, &o, a)
 	c := join(ctxs[3], "c") // the last open call: all three go
 	returned(t, a)
 	returned(t, b)
@@ -150,7 +156,7 @@ func TestGatheringLastLeaverSendsTheJoined(t *testing.T) {
 	a := join(ctxs[0], "a")
 	waitJoined(t, g, 1)
 	done(1)
-	pending(t, a)
+	pending(t, &o, a)
 	done(2)
 	returned(t, a)
 	if groups, _, _ := o.snapshot(); fmt.Sprint(groups) != "[[a]]" {
@@ -189,7 +195,7 @@ func TestGatheringTimerSendsWhatJoinedAndLateCallsGoAlone(t *testing.T) {
 	if timers != 1 {
 		t.Fatalf("%d timers started, want 1 at the first join", timers)
 	}
-	pending(t, a)
+	pending(t, &o, a)
 	o.mu.Lock()
 	fire := o.timers[0]
 	o.mu.Unlock()
@@ -260,37 +266,42 @@ func TestNoGatheringOutsideABatch(t *testing.T) {
 	leaveGathering(context.Background()) // no gathering: nothing to do, no panic
 }
 
-// stallingDisk is a log store whose appends block while stalled: a leader
-// whose disk hangs, so that raft's leader loop stops taking entries.
+// stallingDisk is a log store whose appends block, once stall is set,
+// until release is closed: a leader whose disk hangs, so that raft's
+// leader loop stops taking entries. The node starts and leads first.
 type stallingDisk struct {
 	raft.LogStore
-	stalled chan struct{} // appends wait until it is closed
+	stall   *atomic.Bool
+	release chan struct{}
 }
 
-func (d *stallingDisk) StoreLog(l *raft.Log) error { <-d.stalled; return d.LogStore.StoreLog(l) }
-func (d *stallingDisk) StoreLogs(ls []*raft.Log) error {
-	<-d.stalled
-	return d.LogStore.StoreLogs(ls)
+func (d stallingDisk) wait() {
+	if d.stall.Load() {
+		<-d.release
+	}
 }
+
+func (d stallingDisk) StoreLog(l *raft.Log) error     { d.wait(); return d.LogStore.StoreLog(l) }
+func (d stallingDisk) StoreLogs(ls []*raft.Log) error { d.wait(); return d.LogStore.StoreLogs(ls) }
 
 // While raft's apply queue stays full, a batch's calls are refused
 // (overloaded: never offered) as soon as calls sent alone would be, after
 // one ApplyTimeout for the batch, not one after another.
 func TestGatheredCallsShareOneEnqueueTimeout(t *testing.T) {
 	const applyTimeout = 100 * time.Millisecond
-	disk := stallingDisk{stalled: make(chan struct{})}
-	var stalling atomic.Bool
+	var stall atomic.Bool
+	release := make(chan struct{})
 	n := startSingle(t, Config{ApplyTimeout: applyTimeout, wrapLogs: func(s raft.LogStore) raft.LogStore {
-		disk.LogStore = s
-		return storeSwitch{LogStore: s, on: &stalling, stalled: &disk, normal: s}
+		return stallingDisk{LogStore: s, stall: &stall, release: release}
 	}})
-	stalling.Store(true)
-	t.Cleanup(func() { close(disk.stalled) })
+	stall.Store(true)
+	t.Cleanup(func() { close(release) })
 	ctx := context.Background()
 	// Fill raft's queue behind the stuck leader loop, until a write alone
-	// gets its enqueue timeout.
+	// gets its enqueue timeout: the loop may hold up to MaxAppendEntries
+	// (256) in its stuck append, and the queue as many again.
 	var shed atomic.Int64
-	for i := range 400 {
+	for i := range 800 {
 		go func() {
 			_, err := n.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: fmt.Sprintf("fill/%d", i), LeaseID: "fill-0123456789abcdef"})
 			if errors.Is(err, ErrOverloaded) {
@@ -329,59 +340,5 @@ func TestGatheredCallsShareOneEnqueueTimeout(t *testing.T) {
 	// last would be answered after calls x ApplyTimeout (3 s).
 	if took > 10*applyTimeout {
 		t.Fatalf("the batch's %d calls were answered after %v; one ApplyTimeout is %v", calls, took, applyTimeout)
-	}
-}
-
-// storeSwitch sends appends to stalled while on is set, else to normal,
-// so a node can start and lead before its disk stalls.
-type storeSwitch struct {
-	raft.LogStore
-	on              *atomic.Bool
-	stalled, normal raft.LogStore
-}
-
-func (s storeSwitch) StoreLog(l *raft.Log) error {
-	if s.on.Load() {
-		return s.stalled.StoreLog(l)
-	}
-	return s.normal.StoreLog(l)
-}
-
-func (s storeSwitch) StoreLogs(ls []*raft.Log) error {
-	if s.on.Load() {
-		return s.stalled.StoreLogs(ls)
-	}
-	return s.normal.StoreLogs(ls)
-}
-
-// If the offer panics, no joined call is left waiting for it: the panic
-// goes up the goroutine that offered, and every entry not offered answers
-// its own call.
-func TestGatheringPanicLeavesNoCallWaiting(t *testing.T) {
-	g := &gathering{open: 2, afterFunc: time.AfterFunc,
-		offerAll: func([]*gatherEntry) { panic("offer broke") }}
-	ctxs, _ := g.calls(context.Background(), 2)
-	first := make(chan error, 1)
-	go func() {
-		_, err := gathered(ctxs[0]).offer(fsm.Command{Name: "a"})
-		first <- err
-	}()
-	waitJoined(t, g, 1)
-	func() {
-		defer func() {
-			if p := recover(); p != "offer broke" {
-				t.Errorf("recovered %v, want the offer's panic", p)
-			}
-		}()
-		gathered(ctxs[1]).offer(fsm.Command{Name: "b"}) // the last call offers, and panics
-		t.Error("the offer's panic was swallowed")
-	}()
-	select {
-	case err := <-first:
-		if !errors.Is(err, errNotOffered) {
-			t.Fatalf("the waiting call got %v, want errNotOffered", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a joined call still waits after the offer panicked")
 	}
 }

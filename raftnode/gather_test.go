@@ -74,8 +74,8 @@ func TestGatheredCallsAnswerAsAlone(t *testing.T) {
 		}
 	}
 	// Every replica holds every grant.
+	cl.WaitApplied(leader.Machine().Clock().Index)
 	for _, n := range cl.Nodes {
-		cl.WaitApplied(leader.Machine().Clock().Index)
 		if got := n.Machine().HeldCount(); got != 20*6+1 {
 			t.Fatalf("%s holds %d leases, want %d", n.ID, got, 20*6+1)
 		}

@@ -107,17 +107,22 @@ func (n *Node) applyAdmitted(ctx context.Context, cmd fsm.Command) (fsm.Result, 
 		return fsm.Result{}, ErrOverloaded
 	}
 	defer func() { <-n.pending }()
-	c := gathered(ctx)
-	if c == nil {
-		return n.apply(cmd)
-	}
-	f, err := c.offer(cmd)
+	f, err := n.offerFor(ctx, cmd)
 	if err != nil {
 		return fsm.Result{}, err
 	}
 	r, _, err := n.await(f, cmd.Op, false)
 	n.afterWrite(cmd, r, err)
 	return r, err
+}
+
+// offerFor offers a client's write: with the other calls of its batch
+// (gather.go) when ctx serves one, else alone.
+func (n *Node) offerFor(ctx context.Context, cmd fsm.Command) (raft.ApplyFuture, error) {
+	if c := gathered(ctx); c != nil {
+		return c.offer(cmd)
+	}
+	return n.offer(cmd, extension{})
 }
 
 // Acquire proposes an acquire of a lock (any mode) or of a semaphore

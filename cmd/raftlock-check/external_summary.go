@@ -222,18 +222,7 @@ func (s *extSummary) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "registers: fenced %d writes accepted, %d refused (stale token); unfenced %d writes, %d lost\n",
 		s.regs.FencedAccepted, s.regs.FencedRejected, s.regs.UnfencedWrites, s.regs.UnfencedLost)
-	batched, batchedOK := 0, 0
-	for _, o := range s.ops {
-		if o.Batched {
-			batched++
-			if o.Outcome == history.OK {
-				batchedOK++
-			}
-		}
-	}
-	if batched > 0 {
-		fmt.Fprintf(w, "batches: %d lock calls sent in a POST /v1/batch (with their companions), %d answered ok\n", batched, batchedOK)
-	}
+	printBatched(w, s.ops)
 
 	if len(s.results) == 0 {
 		fmt.Fprintf(w, "faults: none marked\n")

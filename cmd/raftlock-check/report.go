@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -189,20 +190,7 @@ func (rep *report) print(r *runner) {
 		}
 	}
 	fmt.Fprintf(w, "boundary: %d waiting acquires, %d granted as their wait ran out\n", waits, late)
-	batched := map[string]int{}
-	for _, o := range rep.ops {
-		if o.Batched {
-			batched[o.Kind+" "+o.Outcome]++
-		}
-	}
-	if len(batched) > 0 {
-		var parts []string
-		for k, v := range batched {
-			parts = append(parts, fmt.Sprintf("%s %d", k, v))
-		}
-		sort.Strings(parts)
-		fmt.Fprintf(w, "batches: calls sent in a batch, by kind and outcome: %s\n", strings.Join(parts, ", "))
-	}
+	printBatched(w, rep.ops)
 	blocking, woken, valued := 0, 0, 0
 	for _, o := range rep.ops {
 		if o.Kind != history.Read || (o.Outcome != history.OK && o.Outcome != history.Free) {
@@ -252,4 +240,25 @@ func (rep *report) print(r *runner) {
 	} else {
 		fmt.Fprintf(w, "RESULT: PASS\n")
 	}
+}
+
+// printBatched prints how many calls went in a POST /v1/batch, by kind and
+// outcome, when any did: the line both the checker's report and the
+// workload's summary print.
+func printBatched(w io.Writer, ops []history.Op) {
+	batched := map[string]int{}
+	for _, o := range ops {
+		if o.Batched {
+			batched[o.Kind+" "+o.Outcome]++
+		}
+	}
+	if len(batched) == 0 {
+		return
+	}
+	var parts []string
+	for k, v := range batched {
+		parts = append(parts, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(parts)
+	fmt.Fprintf(w, "batches: calls sent in a batch, by kind and outcome: %s\n", strings.Join(parts, ", "))
 }
