@@ -80,11 +80,15 @@ func TestSessionNoSessionLosesEveryLease(t *testing.T) {
 	fc.endSession(sess.ID()) // it expired on the cluster
 	clk.Advance(clk.WaitPending(t, 1)[0])
 	waitClosed(t, sess.Done(), "session Done")
+	waitClosed(t, sess.Lost(), "session Lost") // closes just after Done
 	if !isClosed(sess.Lost()) || !errors.Is(sess.Err(), ErrSessionLost) || !errors.Is(sess.Err(), ErrNoSession) {
 		t.Fatalf("session Err() = %v", sess.Err())
 	}
 	for _, l := range leases {
 		waitClosed(t, l.Done(), "lease Done")
+		// Lost closes just after Done (the cause is set first): wait for it
+		// rather than read it the instant Done closes.
+		waitClosed(t, l.Lost(), "lease Lost")
 		if !isClosed(l.Lost()) || !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrSessionLost) {
 			t.Fatalf("lease Err() = %v", l.Err())
 		}
