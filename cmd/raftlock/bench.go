@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -92,6 +93,7 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	c.fs.StringVar(&cfg.prefix, "prefix", "", "lock name prefix (default: bench/<random>/, fresh each run)")
 	c.fs.DurationVar(&cfg.progress, "progress", time.Second, "progress line interval on stderr (0: none)")
 	c.fs.DurationVar(&cfg.shedPause, "shed-pause", 0, "pause after a 429 overloaded before the next acquire (0: at once, ignoring Retry-After)")
+	cpuProfile := c.fs.String("cpuprofile", "", "write bench's own CPU profile (load generator and client library) to this file")
 	serverPids := c.fs.String("server-pids", "", "server processes to report the CPU of: NAME=PID,... (NAME a node id to tell leader from followers) or PID,...")
 	if _, code, ok := c.parse(args, environ, 0, 0); !ok {
 		return code
@@ -154,6 +156,13 @@ func benchCmd(args []string, stdout, stderr io.Writer, environ env) int {
 	}
 	defer target.close()
 
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return c.usageError(fmt.Errorf("--cpuprofile: %w", err))
+		}
+		defer stop()
+	}
 	b := newBench(cfg, target, c.conn.timeout)
 	if len(cfg.servers) > 0 {
 		b.meter = &cpuMeter{procs: cfg.servers, endpoints: eps, hc: &http.Client{Timeout: c.conn.timeout}}
@@ -586,4 +595,22 @@ func countsLine(m map[string]int64) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// startCPUProfile profiles this process into path until stop: the load
+// generator's and the client library's own CPU, which bench's CPU report
+// leaves out.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 func TestCLIBench(t *testing.T) {
 	cl := testenv.Start(t, 3)
 	eps := strings.Join(cl.Endpoints(), ",")
+	profile := filepath.Join(t.TempDir(), "bench.pprof")
 	table := regexp.MustCompile(`(?s)^4 workers, \d+ locks \((un)?contended\), ttl 5s, [0-9.]+m?s, via .+\n` +
 		`cycles: [1-9]\d*, [0-9.]+ cycles/s\n\n` +
 		`call +ok +ok/s +p50 ms +p95 ms +p99 ms +max ms\n` +
@@ -33,7 +35,7 @@ func TestCLIBench(t *testing.T) {
 		{"contended client renew", []string{"--workers", "4", "--locks", "2", "--via", "client", "--renew"}, true},
 		{"more locks than workers", []string{"--workers", "4", "--locks", "9", "--renew"}, true},
 		// The cluster's nodes run in this test's process: its CPU is theirs.
-		{"json", []string{"--workers", "4", "--locks", "1", "--json", "--server-pids", "self=" + strconv.Itoa(os.Getpid())}, false},
+		{"json", []string{"--workers", "4", "--locks", "1", "--json", "--server-pids", "self=" + strconv.Itoa(os.Getpid()), "--cpuprofile", profile}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"bench", "--endpoints", eps, "--duration", "1s", "--ttl", "5s", "--progress", "300ms"}, tc.args...)
@@ -75,6 +77,10 @@ func TestCLIBench(t *testing.T) {
 				len(c.Processes) != 1 || c.Processes[0].Name != "self" || c.TotalMs <= 0 || c.UsPerCycle <= 0 {
 				t.Errorf("cpu report %+v", c)
 			}
+			// A CPU profile is gzipped protobuf: stopped and closed, it is whole.
+			if b, err := os.ReadFile(profile); err != nil || len(b) < 100 || b[0] != 0x1f || b[1] != 0x8b {
+				t.Errorf("--cpuprofile wrote %d bytes (%v), want a gzipped profile", len(b), err)
+			}
 		})
 	}
 }
@@ -93,6 +99,7 @@ func TestCLIBenchUsage(t *testing.T) {
 		{[]string{"--locks", "-1"}, exitUsage, "--locks must not be negative"},
 		{[]string{"--server-pids", "n1=x"}, exitUsage, "is not PID or NAME=PID"},
 		{[]string{"--server-pids", "n1=1073741824"}, exitUsage, "cpu of pid 1073741824"},
+		{[]string{"--cpuprofile", "/nonexistent/dir/p", "--endpoints", "http://127.0.0.1:1", "--via", "client"}, exitUsage, "--cpuprofile: open /nonexistent/dir/p"},
 		{[]string{"--endpoints", "http://127.0.0.1:1", "--timeout", "300ms"}, exitUnavailable, "no leader found"},
 	} {
 		r := runCLI(t, nil, append([]string{"bench"}, tc.args...)...)
