@@ -342,3 +342,35 @@ func TestGatheredCallsShareOneEnqueueTimeout(t *testing.T) {
 		t.Fatalf("the batch's %d calls were answered after %v; one ApplyTimeout is %v", calls, took, applyTimeout)
 	}
 }
+
+// If the offer panics, no joined call is left waiting for it: the panic
+// goes up the goroutine that offered, and every entry not offered answers
+// its own call.
+func TestGatheringPanicLeavesNoCallWaiting(t *testing.T) {
+	g := &gathering{open: 2, afterFunc: time.AfterFunc,
+		offerAll: func([]*gatherEntry) { panic("offer broke") }}
+	ctxs, _ := g.calls(context.Background(), 2)
+	first := make(chan error, 1)
+	go func() {
+		_, err := gathered(ctxs[0]).offer(fsm.Command{Name: "a"})
+		first <- err
+	}()
+	waitJoined(t, g, 1)
+	func() {
+		defer func() {
+			if p := recover(); p != "offer broke" {
+				t.Errorf("recovered %v, want the offer's panic", p)
+			}
+		}()
+		gathered(ctxs[1]).offer(fsm.Command{Name: "b"}) // the last call offers, and panics
+		t.Error("the offer's panic was swallowed")
+	}()
+	select {
+	case err := <-first:
+		if !errors.Is(err, errNotOffered) {
+			t.Fatalf("the waiting call got %v, want errNotOffered", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a joined call still waits after the offer panicked")
+	}
+}

@@ -276,8 +276,17 @@ func (r *runner) setup() error {
 		}
 	}
 	// Raft's timeouts are the server's defaults: the failover the checker
-	// measures is the one an operator gets.
-	extra := append([]string{"--snapshot-threshold", "16", "--trailing-logs", "4"}, strings.Fields(r.cfg.serverFlags)...)
+	// measures is the one an operator gets. Snapshots come every 16
+	// entries, so that restarted followers and restores meet them, except
+	// with restore-crash: its crashed leader must come back while the new
+	// leader's log still reaches below the restore, and a leader that
+	// compacted meanwhile would heal it with a snapshot before anything
+	// could act on the restore it alone holds (faults.RestoreCrash).
+	threshold := "16"
+	if slices.Contains(r.cfg.faults, faults.RestoreCrash) {
+		threshold = "1000000"
+	}
+	extra := append([]string{"--snapshot-threshold", threshold, "--trailing-logs", "4"}, strings.Fields(r.cfg.serverFlags)...)
 	if r.cfg.logStore != "" {
 		extra = append(extra, "--log-store", r.cfg.logStore)
 	}

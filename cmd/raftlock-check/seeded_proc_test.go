@@ -91,23 +91,32 @@ func runChecker(t *testing.T, bin string, env []string, args ...string) (int, st
 
 // verdict returns the report line of one property.
 func verdict(report, id string) string {
-	for _, l := range strings.Split(report, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "("+id+")") {
-			return l
-		}
+	lines, i := verdictAt(report, id)
+	if i < 0 {
+		return ""
 	}
-	return ""
+	return lines[i]
 }
 
 // verdictWithNote is a property's verdict line and the note printed under it.
 func verdictWithNote(report, id string) string {
+	lines, i := verdictAt(report, id)
+	if i < 0 || i+1 == len(lines) {
+		return ""
+	}
+	return lines[i] + "\n" + lines[i+1]
+}
+
+// verdictAt splits report into lines and finds property id's verdict, -1
+// when there is none.
+func verdictAt(report, id string) ([]string, int) {
 	lines := strings.Split(report, "\n")
 	for i, l := range lines {
-		if strings.HasPrefix(strings.TrimSpace(l), "("+id+")") && i+1 < len(lines) {
-			return l + "\n" + lines[i+1]
+		if strings.HasPrefix(strings.TrimSpace(l), "("+id+")") {
+			return lines, i
 		}
 	}
-	return ""
+	return lines, -1
 }
 
 func seededBug(t *testing.T, bug string, mustFail ...string) {
@@ -304,12 +313,9 @@ func TestRestoreCrashPassesOnCorrectServer(t *testing.T) {
 // against the seeded server build, on --log-store boltdb: on the WAL a node
 // started on a snapshot past its log's end clears the log
 // (raftnode/logstore/clearlog.go), so the crashed leader can only catch up by the
-// leader's snapshot and the bug has nothing to act on. For the same reason
-// the nodes snapshot only by count, far apart: with the checker's usual
-// snapshot every 16 entries, the new leader often compacts below the
-// restore while the crashed node restarts, sends it a snapshot, and heals
-// the bug before it can act. The correct server then has to compact on the
-// crashed node's refusal (compactPastRefused), the path under test. Every
+// leader's snapshot and the bug has nothing to act on (for the same reason
+// the checker snapshots far apart with restore-crash, so the correct server
+// must compact on the crashed node's refusal, compactPastRefused). Every
 // restore-crash fault must have crashed its leader at the crash point, or
 // the run proves nothing.
 func restoreCrashRun(t *testing.T, env []string) (int, string) {
@@ -324,7 +330,6 @@ func restoreCrashRun(t *testing.T, env []string) (int, string) {
 	}
 	code, report := runChecker(t, checker, env,
 		"--raftlock-bin", bins.seededServer, "--log-store", "boltdb", "--duration", "22s", "--seed", "4242",
-		"--server-flags", "--snapshot-threshold 1000000",
 		"--faults", "restore-crash,holder-pause", "--calm-min", "1s", "--calm-max", "2s")
 	t.Logf("verdicts:\n%s\n%s\n%s\n%s\n%s", verdict(report, "a"), verdict(report, "d"), verdict(report, "e"), verdict(report, "g"), verdict(report, "k"))
 	crashes, others := 0, 0

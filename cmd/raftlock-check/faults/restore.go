@@ -101,11 +101,13 @@ const (
 // the backup to its snapshot store and the FSM has it, before the no-op
 // that would replicate it. Nobody else has the restore: the others elect a
 // leader without it and go on. As soon as that leader is ready the dead
-// node is started again (at once, so that it comes back while the new
-// leader's log still reaches below the restore: later, raft would catch it
-// up by snapshot whatever it held, and a node that takes the cluster's
-// entries on top of its own restore, the bug the unconfirmed-restore
-// record fixed, would go unseen), and the workload goes on.
+// node is started again (at once, and the checker's nodes snapshot far
+// apart in such runs, so that it comes back while the new leader's log
+// still reaches below the restore: once that log is compacted, raft
+// catches it up by snapshot whatever it held, and a node that takes the
+// cluster's entries on top of its own restore, the bug the
+// unconfirmed-restore record fixed, would go unseen), and the workload
+// goes on.
 //
 // The restore's outcome is unknown to the client (its connection broke),
 // but bounded: it took effect, if at all, between the send and the moment

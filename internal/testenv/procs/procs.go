@@ -16,10 +16,12 @@
 package procs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -314,6 +316,7 @@ func Start(o Options) (*Cluster, error) {
 type Info struct {
 	Leader       string `json:"leader"`
 	Term         uint64 `json:"term"`
+	LastIndex    uint64 `json:"last_index"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 }
@@ -333,6 +336,37 @@ func (c *Cluster) Get(ctx context.Context, n *Node, path string, v any) error {
 		return fmt.Errorf("%s %s: status %d", n.ID, path, resp.StatusCode)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// Post sends body as JSON to path on a node, and decodes a 200 answer into
+// v (nil: the answer is dropped); any other status is an error that quotes
+// the answer.
+func (c *Cluster) Post(ctx context.Context, n *Node, path string, body, v any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL()+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.httpc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s POST %s: status %d: %s", n.ID, path, resp.StatusCode, answer)
+	}
+	if v == nil {
+		return nil
+	}
+	return json.Unmarshal(answer, v)
 }
 
 // Info asks one node about the cluster.

@@ -1,6 +1,11 @@
 package procs
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -123,5 +128,33 @@ func TestBinaryOncePerTagSet(t *testing.T) {
 	}
 	if got, _ := Binary("raftlock_faults"); got == "/opt/prebuilt/raftlock" {
 		t.Fatalf("%s stood in for a tagged build", BinEnv)
+	}
+}
+
+// Post sends JSON, decodes a 200 answer, and turns any other status into
+// an error that quotes the answer.
+func TestPostDecodesOKAndQuotesRefusals(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ Name string }
+		if r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&in) != nil {
+			http.Error(w, "not json", http.StatusUnsupportedMediaType)
+			return
+		}
+		if in.Name == "" {
+			http.Error(w, `{"error":"bad_request"}`, http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, `{"path":%q,"name":%q}`, r.URL.Path, in.Name)
+	}))
+	defer srv.Close()
+	c := &Cluster{httpc: srv.Client()}
+	n := &Node{ID: "n1", HTTPAddr: strings.TrimPrefix(srv.URL, "http://")}
+	var out struct{ Path, Name string }
+	if err := c.Post(context.Background(), n, "/v1/locks/acquire", map[string]string{"name": "a"}, &out); err != nil || out.Path != "/v1/locks/acquire" || out.Name != "a" {
+		t.Fatalf("Post: %+v, %v", out, err)
+	}
+	if err := c.Post(context.Background(), n, "/v1/locks/acquire", map[string]string{}, nil); err == nil ||
+		!strings.Contains(err.Error(), "status 400") || !strings.Contains(err.Error(), "bad_request") {
+		t.Fatalf("Post of a refused body: %v, want the status and the answer", err)
 	}
 }
