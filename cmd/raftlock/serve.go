@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/raftlock/raftlock/httpapi"
+	"github.com/raftlock/raftlock/internal/heapfloor"
 	"github.com/raftlock/raftlock/raftnode"
 )
 
@@ -60,6 +61,7 @@ type serveConfig struct {
 	admission   admissionFlags
 	caps        httpapi.TenantCaps
 	memoryLimit int64 // soft limit on the Go runtime's memory, bytes; 0: GOMEMLIMIT or none
+	gcMinHeap   int64 // the heap a collection waits for while the live heap is smaller, bytes; 0: Go's own pacing
 
 	apiTLS     *tls.Config     // HTTPS server config; nil: plain HTTP
 	forwardTLS *tls.Config     // client config for the node's calls to other nodes' API: forwarding, join, progress
@@ -103,6 +105,16 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.Func("memory-limit", "soft limit on the node's Go memory, e.g. 640MiB (GOMEMLIMIT's syntax: B, KiB, MiB, GiB, TiB); the GC works harder near it, so a node holding 1M locks stays under 1 GiB RSS (docs/OPERATIONS.md: The data dir and the log stores)", func(v string) error {
 		n, err := parseBytes(v)
 		c.memoryLimit = n
+		return err
+	})
+	c.gcMinHeap = defaultGCMinHeap
+	fs.Func("gc-min-heap", "the Go heap may grow to this size before a collection while the live heap is smaller, e.g. 64MiB; 0: Go's own pacing (GOGC), which collected a busy node's few MiB about 14 times a second (docs/OPERATIONS.md: The data dir and the log stores)", func(v string) error {
+		if v == "0" {
+			c.gcMinHeap = 0
+			return nil
+		}
+		n, err := parseBytes(v)
+		c.gcMinHeap = n
 		return err
 	})
 	fs.IntVar(&c.admission.MaxWaiters, "admission-max-waiters", 0, "parked acquires (wait_ms) shared fairly between tenants on the leader; 0: 50,000, half the node's bound")
@@ -281,6 +293,7 @@ func runNode(cfg serveConfig, logger hclog.Logger) error {
 	if cfg.memoryLimit > 0 {
 		debug.SetMemoryLimit(cfg.memoryLimit)
 	}
+	defer heapfloor.Keep(uint64(cfg.gcMinHeap))()
 	// raftnode speaks no HTTP: a node announces itself (and joins) through
 	// the API, and the leader asks joined nodes for their progress there.
 	cfg.node.Announce = httpapi.Joiner(cfg.forwardTLS, cfg.nodeToken)
@@ -394,6 +407,10 @@ func serveDebug(addr string, logger hclog.Logger) error {
 	logger.Info("serving pprof", "addr", ln.Addr().String())
 	return nil
 }
+
+// defaultGCMinHeap is --gc-min-heap's default: a node's live heap is a
+// few MiB, and 64 MiB more is little beside what a server has.
+const defaultGCMinHeap = 64 << 20
 
 // parseBytes reads a size as GOMEMLIMIT writes one: an integer with an
 // optional unit B, KiB, MiB, GiB or TiB.

@@ -77,6 +77,25 @@ func TestParseServe(t *testing.T) {
 			}},
 		{name: "bad memory limit", args: []string{"--id", "n1", "--data-dir", "d", "--memory-limit", "640MB"}, wantErr: "not a size"},
 		{name: "zero memory limit", args: []string{"--id", "n1", "--data-dir", "d", "--memory-limit", "0"}, wantErr: "not a size"},
+		{name: "gc min heap", args: []string{"--id", "n1", "--data-dir", "d"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.gcMinHeap != 64<<20 {
+					t.Errorf("default gc min heap %d, want %d", c.gcMinHeap, 64<<20)
+				}
+			}},
+		{name: "gc min heap set", args: []string{"--id", "n1", "--data-dir", "d", "--gc-min-heap", "128MiB"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.gcMinHeap != 128<<20 {
+					t.Errorf("gc min heap %d, want %d", c.gcMinHeap, 128<<20)
+				}
+			}},
+		{name: "gc min heap off", args: []string{"--id", "n1", "--data-dir", "d", "--gc-min-heap", "0"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.gcMinHeap != 0 {
+					t.Errorf("gc min heap %d, want 0 (off)", c.gcMinHeap)
+				}
+			}},
+		{name: "bad gc min heap", args: []string{"--id", "n1", "--data-dir", "d", "--gc-min-heap", "64MB"}, wantErr: "not a size"},
 		{name: "stop timeout", args: []string{"--id", "n1", "--data-dir", "d"},
 			check: func(t *testing.T, c serveConfig) {
 				if c.stopTimeout != 20*time.Second {
