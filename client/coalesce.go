@@ -152,15 +152,43 @@ func (q *coalescer) exchangeDone(batch bool) {
 	go func() {
 		q.sendBatch(calls)
 		if n > 1 {
-			// The callers just answered often call again at once (a
-			// release after an acquire): let them run before the next
-			// batch leaves, so their calls go in it rather than in one
-			// more exchange, and one more Raft round, after it. The
-			// exchange still counts as under way, so they queue.
-			runtime.Gosched()
+			q.awaitCallers(n)
 		}
 		q.exchangeDone(n > 1)
 	}()
+}
+
+// awaitCallersYields bounds how often awaitCallers yields: a few
+// microseconds when no caller calls again.
+const awaitCallersYields = 16
+
+// awaitCallers lets the callers of a batch just answered call again
+// before the next batch leaves. They often do at once (a release after an
+// acquire), and a call that misses the next batch waits for the one after
+// it, one more exchange and one more Raft round: callers that fall apart
+// this way stay apart, in batches that alternate. The exchange still
+// counts as under way, so their calls queue. It yields until the queue
+// holds a call for each of the n answered besides those already queued,
+// or has not grown for three yields in a row.
+func (q *coalescer) awaitCallers(n int) {
+	q.mu.Lock()
+	want := len(q.queue) + n
+	q.mu.Unlock()
+	last, still := -1, 0
+	for range awaitCallersYields {
+		runtime.Gosched()
+		q.mu.Lock()
+		queued := len(q.queue)
+		q.mu.Unlock()
+		if queued >= want {
+			return
+		}
+		if queued != last {
+			last, still = queued, 0
+		} else if still++; still == 3 {
+			return
+		}
+	}
 }
 
 // batchOverhead bounds the bytes a batch's body adds to its calls' own:
