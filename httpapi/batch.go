@@ -275,14 +275,19 @@ func (s *subResponse) settle() {
 // answer would have had (Retry-After, say) and its body, in the order of
 // the calls.
 func writeBatch(w http.ResponseWriter, results []subResponse) {
+	size := len(`{"results":[]}`) + 1
+	for i := range results {
+		results[i].settle()
+		size += results[i].body.Len() + resultOverhead
+	}
 	var b bytes.Buffer
+	b.Grow(size)
 	b.WriteString(`{"results":[`)
 	for i := range results {
 		res := &results[i]
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		res.settle()
 		b.WriteString(`{"status":`)
 		b.WriteString(strconv.Itoa(res.status))
 		first := true
@@ -312,6 +317,11 @@ func writeBatch(w http.ResponseWriter, results []subResponse) {
 	w.WriteHeader(http.StatusOK)
 	w.Write(b.Bytes())
 }
+
+// resultOverhead is about what a result adds to its body in a batch's
+// answer (its status, a header or two, punctuation), so that the answer
+// is built in one buffer without growing it.
+const resultOverhead = 64
 
 func writeJSONString(b *bytes.Buffer, s string) {
 	q, _ := json.Marshal(s) // a string always encodes

@@ -28,23 +28,36 @@ type raftFSM struct {
 
 var _ raft.BatchingFSM = (*raftFSM)(nil)
 
+// Apply and ApplyBatch answer a command entry with a *fsm.Result, nil for
+// other entries.
 func (f *raftFSM) Apply(l *raft.Log) any {
-	return f.applyOne(l)
+	var r fsm.Result
+	if !f.applyOne(l, &r) {
+		return nil
+	}
+	return &r
 }
 
-// ApplyBatch lets Raft hand over a whole batch of committed entries at once.
+// ApplyBatch lets Raft hand over a whole batch of committed entries at
+// once. Their results share one allocation: a Result is half a KiB, and
+// boxed one by one they were a fifth of a follower's allocations.
 func (f *raftFSM) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
+	results := make([]fsm.Result, len(logs))
 	for i, l := range logs {
-		out[i] = f.applyOne(l)
+		if f.applyOne(l, &results[i]) {
+			out[i] = &results[i]
+		}
 	}
 	return out
 }
 
-func (f *raftFSM) applyOne(l *raft.Log) any {
+// applyOne applies l, and for a command entry sets *r to its result and
+// reports true.
+func (f *raftFSM) applyOne(l *raft.Log, r *fsm.Result) bool {
 	if l.Type != raft.LogCommand {
 		f.last.Store(l.Index)
-		return nil
+		return false
 	}
 	x, _ := f.verifyEntry(l) // before anything reads the payload
 	cmd, err := fsm.DecodeCommand(l.Data)
@@ -58,13 +71,13 @@ func (f *raftFSM) applyOne(l *raft.Log) any {
 		// here would let this replica diverge silently.
 		panic(fmt.Sprintf("raftnode: undecodable committed entry %d: %v", l.Index, err))
 	}
-	r := f.m.ApplyCommand(l.Index, l.Term, cmd)
+	*r = f.m.ApplyCommand(l.Index, l.Term, cmd)
 	f.afterApply(l.Index, x)
 	if f.applied != nil {
-		f.applied(l.Index, cmd.Op, r)
+		f.applied(l.Index, cmd.Op, *r)
 	}
 	f.last.Store(l.Index) // not on a panic above: a refused entry is not applied
-	return r
+	return true
 }
 
 // opByte is the op of an encoded command (its second byte), for messages.

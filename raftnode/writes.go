@@ -342,7 +342,10 @@ func (n *Node) await(f raft.ApplyFuture, op fsm.Op, stoppable bool) (fsm.Result,
 	if err != nil {
 		return fsm.Result{}, 0, raftError("apply "+op.String(), err)
 	}
-	r, _ := f.Response().(fsm.Result)
+	var r fsm.Result
+	if p, ok := f.Response().(*fsm.Result); ok {
+		r = *p
+	}
 	return r, f.Index(), nil
 }
 
