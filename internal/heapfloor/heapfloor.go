@@ -25,22 +25,24 @@ import (
 // with GOGC (runtime/mgcpacer.go, defaultHeapMinimum).
 const heapMinimum = 4 << 20
 
-// Percent is the GOGC that makes a heap with live bytes live start its
-// next collection at about floor bytes, and never below base, the
-// process's own GOGC. The runtime's goal is the larger of live * (1 +
-// GOGC/100) (plus the roots, a small part of a node's heap) and 4 MiB *
-// GOGC/100, so GOGC is at most floor / 4 MiB * 100: a nearly empty heap
-// (before the first collection, say) would otherwise be given a goal far
-// past the floor.
-func Percent(live, floor uint64, base int) int {
-	limit := floor * 100 / heapMinimum
-	if live == 0 {
-		live = 1
-	}
+// maxPercent bounds the GOGC Percent returns, far inside the int32 that
+// the runtime keeps it in: past it, a huge floor would wrap to a negative
+// GOGC, which turns collection off.
+const maxPercent = 1 << 20
+
+// Percent is the GOGC that makes a heap with live bytes live and roots
+// bytes of goroutine stacks and globals start its next collection at
+// about floor bytes, and never below base, the process's own GOGC. The
+// runtime's goal is the larger of live + (live + roots) * GOGC/100 and
+// 4 MiB * GOGC/100, so GOGC is also at most floor / 4 MiB * 100: a nearly
+// empty heap (before the first collection, say) would otherwise be given
+// a goal far past the floor.
+func Percent(live, roots, floor uint64, base int) int {
+	limit := min(floor/heapMinimum*100, maxPercent)
 	p := limit
 	if floor <= live {
 		p = 0
-	} else if q := (floor - live) * 100 / live; q < limit {
+	} else if q := (floor - live) / max(1, (live+roots)/100); q < limit {
 		p = q
 	}
 	if p < uint64(base) {
@@ -58,8 +60,9 @@ func Keep(floor uint64) (stop func()) {
 	if floor == 0 || base < 0 {
 		return func() {}
 	}
-	k := &keeper{floor: floor, base: base,
-		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}}
+	k := &keeper{floor: floor, base: base, sample: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}}
 	k.adjust()
 	k.arm()
 	return func() {
@@ -102,13 +105,17 @@ func (k *keeper) adjust() bool {
 		return false
 	}
 	metrics.Read(k.sample)
-	live := uint64(0)
-	if k.sample[0].Value.Kind() == metrics.KindUint64 {
-		live = k.sample[0].Value.Uint64()
+	live, roots := value(k.sample[0]), value(k.sample[2])+value(k.sample[3])
+	if live == 0 {
+		live = value(k.sample[1]) // before the first collection: what is allocated
 	}
-	if live == 0 && k.sample[1].Value.Kind() == metrics.KindUint64 {
-		live = k.sample[1].Value.Uint64() // before the first collection: what is allocated
-	}
-	debug.SetGCPercent(Percent(live, k.floor, k.base))
+	debug.SetGCPercent(Percent(live, roots, k.floor, k.base))
 	return true
+}
+
+func value(s metrics.Sample) uint64 {
+	if s.Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s.Value.Uint64()
 }

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"testing"
 	"time"
 )
@@ -11,22 +12,25 @@ import (
 func TestPercent(t *testing.T) {
 	const mib = 1 << 20
 	for _, c := range []struct {
-		live, floor uint64
-		base, want  int
+		live, roots, floor uint64
+		base, want         int
 	}{
 		{live: 4 * mib, floor: 64 * mib, base: 100, want: 1500},
-		{live: 32 * mib, floor: 64 * mib, base: 100, want: 100},  // the base is the least
-		{live: 16 * mib, floor: 64 * mib, base: 100, want: 300},  // goal 16 + 48
-		{live: 16 * mib, floor: 64 * mib, base: 500, want: 500},  // a GOGC above the floor's wins
-		{live: 64 * mib, floor: 64 * mib, base: 100, want: 100},  // at the floor
-		{live: 900 * mib, floor: 64 * mib, base: 100, want: 100}, // above it
-		{live: 0, floor: 64 * mib, base: 100, want: 1600},        // no heap yet: the minimum goal is the floor
-		{live: 10, floor: 64 * mib, base: 100, want: 1600},       // 4 MiB * 1600 / 100 = 64 MiB
-		{live: 3 * mib, floor: 64 * mib, base: 100, want: 1600},  // 64 MiB, not 3 * 21.3
-		{live: 1 * mib, floor: 2 * mib, base: 100, want: 100},    // a floor under Go's minimum changes nothing
+		{live: 32 * mib, floor: 64 * mib, base: 100, want: 100},                 // the base is the least
+		{live: 16 * mib, floor: 64 * mib, base: 100, want: 300},                 // goal 16 + 48
+		{live: 16 * mib, floor: 64 * mib, base: 500, want: 500},                 // a GOGC above the floor's wins
+		{live: 64 * mib, floor: 64 * mib, base: 100, want: 100},                 // at the floor
+		{live: 900 * mib, floor: 64 * mib, base: 100, want: 100},                // above it
+		{live: 0, floor: 64 * mib, base: 100, want: 1600},                       // no heap yet: the minimum goal is the floor
+		{live: 10, floor: 64 * mib, base: 100, want: 1600},                      // 4 MiB * 1600 / 100 = 64 MiB
+		{live: 3 * mib, floor: 64 * mib, base: 100, want: 1600},                 // 64 MiB, not 3 * 21.3
+		{live: 1 * mib, floor: 2 * mib, base: 100, want: 100},                   // a floor under Go's minimum changes nothing
+		{live: 3 * mib, roots: 29 * mib, floor: 64 * mib, base: 100, want: 190}, // stacks count: 3 + 32 * 1.9 = 64
+		{live: 4 * mib, floor: 100 << 40, base: 100, want: maxPercent},          // a huge floor never wraps GOGC negative
+		{live: 4 * mib, floor: ^uint64(0), base: 100, want: maxPercent},
 	} {
-		if got := Percent(c.live, c.floor, c.base); got != c.want {
-			t.Errorf("Percent(live %d, floor %d, base %d) = %d, want %d", c.live, c.floor, c.base, got, c.want)
+		if got := Percent(c.live, c.roots, c.floor, c.base); got != c.want {
+			t.Errorf("Percent(live %d, roots %d, floor %d, base %d) = %d, want %d", c.live, c.roots, c.floor, c.base, got, c.want)
 		}
 	}
 }
@@ -109,6 +113,54 @@ func waitGOGC(t *testing.T, what string, ok func(int) bool) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("GOGC still %d after 10s of collections; want %s", p, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func heapGoal() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// park holds a goroutine depth frames deep, each with a 1 KiB frame,
+// until release is closed.
+func park(depth int, release <-chan struct{}) byte {
+	var frame [1024]byte
+	if depth == 0 {
+		<-release
+		return frame[0]
+	}
+	frame[depth%1024] = byte(depth)
+	return park(depth-1, release) + frame[0]
+}
+
+// TestKeepCountsGoroutineStacks: the runtime's goal multiplies the
+// stacks by GOGC too, so a small heap beside deep parked goroutines
+// (acquires parked with wait_ms, say) must not be given the GOGC of a
+// small heap alone: its goal stays near the floor.
+func TestKeepCountsGoroutineStacks(t *testing.T) {
+	base := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(base)
+	release := make(chan struct{})
+	var parked sync.WaitGroup
+	for range 2000 {
+		parked.Add(1)
+		go func() { defer parked.Done(); park(16, release) }()
+	}
+	defer func() { close(release); parked.Wait() }()
+	stop := Keep(64 << 20)
+	defer stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		goal := heapGoal()
+		if goal <= 96<<20 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("heap goal %d MiB with 2,000 goroutines parked 16 KiB deep and a 64 MiB floor; want under 96 MiB", goal>>20)
 		}
 		time.Sleep(time.Millisecond)
 	}
