@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/raftlock/raftlock/api"
 )
@@ -158,9 +159,16 @@ func (q *coalescer) exchangeDone(batch bool) {
 	}()
 }
 
-// awaitCallersYields bounds how often awaitCallers yields: a few
-// microseconds when no caller calls again.
-const awaitCallersYields = 16
+// awaitCallers waits at most awaitCallersMax, and gives up once the
+// queue has not grown for awaitCallersQuiet. A caller takes some
+// microseconds of its own before it calls again (its answer, its next
+// request), on whichever P runs it: a bound in yields ended while callers
+// on the other P were still on their way, and a third of the batches at
+// W16 then left without some of them.
+const (
+	awaitCallersQuiet = 30 * time.Microsecond
+	awaitCallersMax   = 200 * time.Microsecond
+)
 
 // awaitCallers lets the callers of a batch just answered call again
 // before the next batch leaves. They often do at once (a release after an
@@ -169,13 +177,14 @@ const awaitCallersYields = 16
 // this way stay apart, in batches that alternate. The exchange still
 // counts as under way, so their calls queue. It yields until the queue
 // holds a call for each of the n answered besides those already queued,
-// or has not grown for three yields in a row.
+// or stops growing.
 func (q *coalescer) awaitCallers(n int) {
 	q.mu.Lock()
 	want := len(q.queue) + n
 	q.mu.Unlock()
-	last, still := -1, 0
-	for range awaitCallersYields {
+	start := time.Now()
+	grew, last := start, -1
+	for {
 		runtime.Gosched()
 		q.mu.Lock()
 		queued := len(q.queue)
@@ -183,9 +192,10 @@ func (q *coalescer) awaitCallers(n int) {
 		if queued >= want {
 			return
 		}
+		now := time.Now()
 		if queued != last {
-			last, still = queued, 0
-		} else if still++; still == 3 {
+			grew, last = now, queued
+		} else if now.Sub(grew) > awaitCallersQuiet || now.Sub(start) > awaitCallersMax {
 			return
 		}
 	}
