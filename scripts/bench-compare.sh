@@ -13,7 +13,8 @@
 # leader's endpoint only). It
 # prints one Markdown table: cycles/s, acquire p50/p99 and the servers' CPU per cycle per
 # system and worker count, then each process's share: raftlock's leader per request and a
-# follower per committed entry. Server CPU is utime+stime from /proc/PID/stat of every
+# follower per committed entry, and the entries each Raft round carried (one fdatasync on
+# the leader and one AppendEntries to each follower), which most decides the CPU per cycle. Server CPU is utime+stime from /proc/PID/stat of every
 # node, member or server over the measured window (the load generator is not in it); a
 # CPU-bound service's throughput is cores / CPU per cycle, so it is the figure that holds
 # on a machine shared with other work, where cycles/s and latency do not. The machine's
@@ -102,7 +103,8 @@ cell() { # cell SYSTEM WORKERS JSON-with-cycles_per_sec,acquire_p50_ms,acquire_p
 procs() {
 	PROCS+=("$1, $2 workers: $(jq -r '[.processes[] | "\(.name) \(.us_per_cycle|floor) µs/cycle" +
 		(if .role == "leader" then " (leader, \(.us_per_request|floor) µs/request)"
-		 elif .role == "follower" then " (follower, \(.us_per_entry|floor) µs/entry)" else "" end)] | join(", ")' <<<"$3")")
+		 elif .role == "follower" then " (follower, \(.us_per_entry|floor) µs/entry)" else "" end)] | join(", ")' <<<"$3")$(
+		jq -r 'if (.entries_per_round // 0) > 0 then "; \(.entries_per_round * 10 | floor / 10) entries per Raft round" else "" end' <<<"$3")")
 }
 
 # wait_for CMD...: retry for 30 s.

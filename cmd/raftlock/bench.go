@@ -48,7 +48,10 @@ reads their CPU (utime+stime in /proc/PID/stat) before and after the run
 and prints it per cycle, in all and per process; when the names are the
 nodes' ids it divides the leader's CPU by the requests sent and a
 follower's by the entries committed (the commit index's rise). bench's own
-CPU is never in it.
+CPU is never in it. It also reads from the leader's /metrics how many Raft
+rounds (log writes, each one fdatasync on the leader and one AppendEntries
+to each follower) carried those entries: a round costs far more CPU than
+an entry, so entries per round most decides the CPU per cycle.
 
 Acquires shed with 429 overloaded are counted on a line of their own, with
 the latency of those answers (row "shed"). The leader's admission control

@@ -53,12 +53,17 @@ func parseServerPids(s string) ([]serverProc, error) {
 	return out, nil
 }
 
-// cpuSample is every server's CPU and the cluster's commit index at one
-// moment.
+// cpuSample is every server's CPU, the cluster's commit index and the
+// leader's count of Raft rounds at one moment.
 type cpuSample struct {
 	cpu    []time.Duration
 	commit uint64
 	leader string
+	// rounds is the leader's count of log writes (raft.leader.dispatchLog),
+	// each one fdatasync on it and one AppendEntries to each follower;
+	// roundsOK says it was read.
+	rounds   uint64
+	roundsOK bool
 }
 
 // cpuMeter samples the servers at the start and the end of bench's window.
@@ -70,10 +75,12 @@ type cpuMeter struct {
 
 func (m *cpuMeter) sample(ctx context.Context) (cpuSample, error) {
 	var s cpuSample
-	// The commit index first: the CPU reads that follow are microseconds,
-	// the HTTP round trip is not.
+	// The commit index and the leader's rounds first, at both ends of the
+	// window: the CPU reads that follow are microseconds, the HTTP round
+	// trips are not.
 	if st, err := m.cluster(ctx); err == nil {
 		s.commit, s.leader = st.CommitIndex, st.Leader
+		s.rounds, s.roundsOK = m.leaderRounds(ctx, st.Leader)
 	}
 	for _, p := range m.procs {
 		c, err := proccpu.Used(p.pid)
@@ -85,39 +92,93 @@ func (m *cpuMeter) sample(ctx context.Context) (cpuSample, error) {
 	return s, nil
 }
 
-// cluster asks the endpoints in turn for GET /v1/cluster.
-func (m *cpuMeter) cluster(ctx context.Context) (*struct {
+// clusterView is what bench reads of GET /v1/cluster.
+type clusterView struct {
+	ID          string `json:"id"`
 	Leader      string `json:"leader"`
 	CommitIndex uint64 `json:"commit_index"`
-}, error) {
+}
+
+// cluster asks the endpoints in turn for GET /v1/cluster.
+func (m *cpuMeter) cluster(ctx context.Context) (*clusterView, error) {
 	var last error
 	for _, ep := range m.endpoints {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep+"/v1/cluster", nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := m.hc.Do(req)
+		st, err := m.clusterAt(ctx, ep)
 		if err != nil {
 			last = err
 			continue
 		}
-		b, err := io.ReadAll(io.LimitReader(resp.Body, benchMaxBody))
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			last = fmt.Errorf("GET %s/v1/cluster: status %d: %v", ep, resp.StatusCode, err)
-			continue
-		}
-		var st struct {
-			Leader      string `json:"leader"`
-			CommitIndex uint64 `json:"commit_index"`
-		}
-		if err := json.Unmarshal(b, &st); err != nil {
-			last = err
-			continue
-		}
-		return &st, nil
+		return st, nil
 	}
 	return nil, last
+}
+
+func (m *cpuMeter) clusterAt(ctx context.Context, ep string) (*clusterView, error) {
+	b, err := m.get(ctx, ep+"/v1/cluster")
+	if err != nil {
+		return nil, err
+	}
+	var st clusterView
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("GET %s/v1/cluster: %w", ep, err)
+	}
+	return &st, nil
+}
+
+func (m *cpuMeter) get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := m.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, benchMaxMetrics))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: status %d: %v", url, resp.StatusCode, err)
+	}
+	return b, nil
+}
+
+// benchMaxMetrics bounds what bench reads of a node's answer: /metrics
+// is some tens of KiB.
+const benchMaxMetrics = 4 << 20
+
+// roundsMetric is the leader's count of log writes in GET /metrics.
+const roundsMetric = "raftlock_raft_leader_dispatchLog_count"
+
+// leaderRounds reads the leader's count of Raft rounds from the endpoint
+// that says it is the leader.
+func (m *cpuMeter) leaderRounds(ctx context.Context, leader string) (uint64, bool) {
+	for _, ep := range m.endpoints {
+		if st, err := m.clusterAt(ctx, ep); err != nil || st.ID != leader {
+			continue
+		}
+		b, err := m.get(ctx, ep+"/metrics")
+		if err != nil {
+			return 0, false
+		}
+		return metricValue(b, roundsMetric)
+	}
+	return 0, false
+}
+
+// metricValue finds an unlabelled metric's value in Prometheus text.
+func metricValue(text []byte, name string) (uint64, bool) {
+	for line := range strings.Lines(string(text)) {
+		v, ok := strings.CutPrefix(line, name+" ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || f < 0 {
+			return 0, false
+		}
+		return uint64(f), true
+	}
+	return 0, false
 }
 
 // cpuReport is the servers' CPU over bench's window.
@@ -128,9 +189,16 @@ type cpuReport struct {
 	UsPerCycle float64 `json:"us_per_cycle"`
 	// Requests is every call bench sent (answered or not); Entries is how
 	// far the cluster's commit index moved (0 when it could not be read).
-	Requests  int64        `json:"requests"`
-	Entries   uint64       `json:"entries"`
-	Processes []procReport `json:"processes"`
+	Requests int64  `json:"requests"`
+	Entries  uint64 `json:"entries"`
+	// Rounds is how many log writes the leader made (each one fdatasync on
+	// it and one AppendEntries to each follower), and EntriesPerRound the
+	// entries each carried on average: what most decides the CPU per cycle,
+	// since a round costs far more than an entry. 0 when not read, or when
+	// the leader changed.
+	Rounds          uint64       `json:"rounds,omitempty"`
+	EntriesPerRound float64      `json:"entries_per_round,omitempty"`
+	Processes       []procReport `json:"processes"`
 }
 
 // procReport is one server process: the leader's CPU is divided by the
@@ -153,6 +221,10 @@ func (m *cpuMeter) report(before, after cpuSample, cycles, requests int64) *cpuR
 	leader := after.leader
 	if leader != before.leader {
 		leader = "" // it changed mid-run: no node served every request
+	}
+	if leader != "" && before.roundsOK && after.roundsOK && after.rounds > before.rounds {
+		r.Rounds = after.rounds - before.rounds
+		r.EntriesPerRound = float64(r.Entries) / float64(r.Rounds)
 	}
 	per := func(d time.Duration, n float64) float64 {
 		if n <= 0 {
@@ -183,7 +255,11 @@ func (m *cpuMeter) report(before, after cpuSample, cycles, requests int64) *cpuR
 }
 
 func (r *cpuReport) print(w io.Writer) {
-	fmt.Fprintf(w, "server cpu: %.0f ms, %.0f µs per cycle (%d requests, %d entries)\n", r.TotalMs, r.UsPerCycle, r.Requests, r.Entries)
+	rounds := ""
+	if r.Rounds > 0 {
+		rounds = fmt.Sprintf(", %d Raft rounds of %.1f entries", r.Rounds, r.EntriesPerRound)
+	}
+	fmt.Fprintf(w, "server cpu: %.0f ms, %.0f µs per cycle (%d requests, %d entries%s)\n", r.TotalMs, r.UsPerCycle, r.Requests, r.Entries, rounds)
 	for _, p := range r.Processes {
 		line := fmt.Sprintf("  %-10s pid %-7d %8.0f ms %7.0f µs/cycle", p.Name, p.PID, p.CPUMs, p.UsPerCycle)
 		switch {

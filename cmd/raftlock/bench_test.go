@@ -77,6 +77,11 @@ func TestCLIBench(t *testing.T) {
 				len(c.Processes) != 1 || c.Processes[0].Name != "self" || c.TotalMs <= 0 || c.UsPerCycle <= 0 {
 				t.Errorf("cpu report %+v", c)
 			}
+			// In-process nodes have no raft metrics on /metrics: no rounds
+			// (TestBenchCountsRaftRounds runs real nodes).
+			if c := rep.CPU; c == nil || c.Rounds != 0 {
+				t.Errorf("Raft rounds in the cpu report %+v", c)
+			}
 			// A CPU profile is gzipped protobuf: stopped and closed, it is whole.
 			if b, err := os.ReadFile(profile); err != nil || len(b) < 100 || b[0] != 0x1f || b[1] != 0x8b {
 				t.Errorf("--cpuprofile wrote %d bytes (%v), want a gzipped profile", len(b), err)
