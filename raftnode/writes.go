@@ -342,11 +342,14 @@ func (n *Node) await(f raft.ApplyFuture, op fsm.Op, stoppable bool) (fsm.Result,
 	if err != nil {
 		return fsm.Result{}, 0, raftError("apply "+op.String(), err)
 	}
-	var r fsm.Result
-	if p, ok := f.Response().(*fsm.Result); ok {
-		r = *p
+	// The FSM answers every command entry with its result; an entry that
+	// applied without one is a write whose answer nobody knows, never a
+	// zero Result, which would read as StatusOK.
+	p, ok := f.Response().(*fsm.Result)
+	if !ok || p == nil {
+		return fsm.Result{}, 0, fmt.Errorf("%w: %v entry %d applied without a result", ErrIndeterminate, op, f.Index())
 	}
-	return r, f.Index(), nil
+	return *p, f.Index(), nil
 }
 
 // awaitUnlessStopped waits for f, or until the node stops (ErrShutdown).
