@@ -59,6 +59,10 @@ type coalescer struct {
 	batches  int // of them, those carrying more than one call
 	queue    []*queued
 	alone    bool // the node answered a batch 404: it has none, every call goes alone
+
+	// quiet and longest bound awaitCallers (awaitCallersQuiet and
+	// awaitCallersMax; tests set others).
+	quiet, longest time.Duration
 }
 
 // mayStart says whether another exchange may start now; q.mu is held.
@@ -90,7 +94,7 @@ func (c *Client) coalescerFor(u string) *coalescer {
 	defer c.mu.Unlock()
 	q := c.coalescers[u]
 	if q == nil {
-		q = &coalescer{c: c, u: u}
+		q = &coalescer{c: c, u: u, quiet: awaitCallersQuiet, longest: awaitCallersMax}
 		c.coalescers[u] = q
 	}
 	return q
@@ -151,9 +155,9 @@ func (q *coalescer) exchangeDone(batch bool) {
 	}
 	q.mu.Unlock()
 	go func() {
-		q.sendBatch(calls)
+		waiting := q.sendBatch(calls)
 		if n > 1 {
-			q.awaitCallers(n)
+			q.awaitCallers(waiting + n)
 		}
 		q.exchangeDone(n > 1)
 	}()
@@ -176,18 +180,15 @@ const (
 // it, one more exchange and one more Raft round: callers that fall apart
 // this way stay apart, in batches that alternate. The exchange still
 // counts as under way, so their calls queue. It yields until the queue
-// holds a call for each of the n answered besides those already queued,
-// or stops growing.
-func (q *coalescer) awaitCallers(n int) {
-	q.mu.Lock()
-	want := len(q.queue) + n
-	q.mu.Unlock()
+// holds want calls (one for each caller answered besides those that were
+// queued when the answers were handed out), or stops growing.
+func (q *coalescer) awaitCallers(want int) {
 	start := time.Now()
 	grew, last := start, -1
 	for {
 		runtime.Gosched()
 		q.mu.Lock()
-		queued := len(q.queue)
+		queued, quiet, longest := len(q.queue), q.quiet, q.longest
 		q.mu.Unlock()
 		if queued >= want {
 			return
@@ -195,7 +196,7 @@ func (q *coalescer) awaitCallers(n int) {
 		now := time.Now()
 		if queued != last {
 			grew, last = now, queued
-		} else if now.Sub(grew) > awaitCallersQuiet || now.Sub(start) > awaitCallersMax {
+		} else if now.Sub(grew) > quiet || now.Sub(start) > longest {
 			return
 		}
 	}
@@ -223,13 +224,13 @@ func batchFits(queue []*queued) int {
 	return len(queue)
 }
 
-// sendBatch sends calls in one exchange and hands each its answer.
-func (q *coalescer) sendBatch(calls []*queued) {
+// sendBatch sends calls in one exchange and hands each its answer. It
+// returns how many other calls were queued when it did.
+func (q *coalescer) sendBatch(calls []*queued) (waiting int) {
 	if len(calls) == 1 {
 		it := calls[0]
 		resp, err := q.c.sendOne(it.ctx, q.u, it.r, it.body)
-		it.done <- sent{resp, err}
-		return
+		return q.handOut(calls, func(int) sent { return sent{resp, err} })
 	}
 	var b bytes.Buffer
 	b.WriteString(`{"calls":[`)
@@ -256,6 +257,7 @@ func (q *coalescer) sendBatch(calls []*queued) {
 		q.alone = true
 		q.mu.Unlock()
 		q.c.log.Debug("node has no batches: sending each call alone", "endpoint", q.u)
+		waiting = q.queued()
 		var wg sync.WaitGroup
 		for _, it := range calls {
 			wg.Add(1)
@@ -266,24 +268,38 @@ func (q *coalescer) sendBatch(calls []*queued) {
 			}()
 		}
 		wg.Wait()
-		return
+		return waiting
 	case err != nil || resp.status != http.StatusOK:
 		// The exchange failed (every call's outcome is unknown) or the
 		// batch was refused as a whole before any call ran (a 401, a 429,
 		// a 503): either way each call has that answer.
-		for _, it := range calls {
-			it.done <- sent{resp, err}
-		}
-		return
+		return q.handOut(calls, func(int) sent { return sent{resp, err} })
 	}
 	answers, err := splitBatchAnswer(resp, len(calls))
-	for i, it := range calls {
+	return q.handOut(calls, func(i int) sent {
 		if err != nil {
-			it.done <- sent{nil, err}
-			continue
+			return sent{nil, err}
 		}
-		it.done <- sent{answers[i], nil}
+		return sent{answers[i], nil}
+	})
+}
+
+// handOut gives each call its answer, and returns how many other calls
+// were queued just before: the callers answered may call again at once,
+// and awaitCallers tells their calls from those by this count.
+func (q *coalescer) handOut(calls []*queued, answer func(i int) sent) int {
+	waiting := q.queued()
+	for i, it := range calls {
+		it.done <- answer(i)
 	}
+	return waiting
+}
+
+// queued is how many calls wait for the next batch.
+func (q *coalescer) queued() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queue)
 }
 
 // errBatchAnswer: the node answered a batch 200 with a body that does not

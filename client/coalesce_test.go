@@ -136,12 +136,7 @@ func fillExchanges(t *testing.T, ctx context.Context, c *Client, arrived <-chan 
 	return done
 }
 
-func queuedCalls(c *Client, u string) int {
-	q := c.coalescerFor(u)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.queue)
-}
+func queuedCalls(c *Client, u string) int { return c.coalescerFor(u).queued() }
 
 // Calls made while the node has coalesceInflight exchanges under way wait
 // and then go in one batch, and each gets its own lock's answer.
@@ -362,5 +357,102 @@ func TestMalformedBatchAnswer(t *testing.T) {
 	out, err := splitBatchAnswer(resp, 1)
 	if err != nil || out[0].status != 409 || out[0].header.Get("Retry-After") != "2" || out[0].header.Get("X-Raftlock-Leader") != "n3" {
 		t.Fatalf("split: %+v %v; want the call's status and headers with the batch's", out, err)
+	}
+}
+
+// batchCallers runs a batch of first-0, first-1, ... (queued behind the
+// two lone calls fillExchanges starts) whose callers, once answered, call
+// again at once (second-i) when callAgain. While the batch is under way a
+// call of another caller (other) queues. It returns the names of the batch
+// after the first.
+func batchCallers(t *testing.T, quiet, longest time.Duration, callAgain bool) []string {
+	t.Helper()
+	const callers = 3
+	n := newBatchNode(t)
+	n.batchGate, n.batchArrived = make(chan struct{}), make(chan []string, 4)
+	answerBatches := sync.OnceFunc(func() { close(n.batchGate) })
+	t.Cleanup(answerBatches)
+	c, _ := newTestClient(t, []string{n.srv.URL})
+	q := c.coalescerFor(n.srv.URL)
+	setBounds := func(quiet, longest time.Duration) {
+		q.mu.Lock()
+		q.quiet, q.longest = quiet, longest
+		q.mu.Unlock()
+	}
+	setBounds(quiet, longest)
+	// The last exchange's wait, for callers that will not call again, ends
+	// with the test.
+	t.Cleanup(func() { setBounds(0, 0) })
+	ctx := testenv.Context(t, 30*time.Second)
+	done := fillExchanges(t, ctx, c, n.arrived)
+	acquire := func(name string) error {
+		l, err := c.TryAcquire(ctx, name, AcquireOptions{TTL: 10 * time.Second})
+		if err == nil {
+			l.Detach()
+		}
+		return err
+	}
+	errs := make(chan error, 2*callers+1)
+	for i := range callers {
+		go func() {
+			err := acquire(fmt.Sprintf("first-%d", i))
+			if err == nil && callAgain {
+				err = acquire(fmt.Sprintf("second-%d", i))
+			}
+			errs <- err
+		}()
+	}
+	testenv.WaitFor(t, 10*time.Second, "the callers to queue", func() bool { return queuedCalls(c, n.srv.URL) == callers })
+	close(n.gate) // the lone calls end; the queued ones go as one batch
+	select {
+	case names := <-n.batchArrived:
+		if len(names) != callers {
+			t.Fatalf("first batch %v, want the %d queued calls", names, callers)
+		}
+	case <-ctx.Done():
+		t.Fatal("the queued calls never went")
+	}
+	go func() { errs <- acquire("other") }()
+	testenv.WaitFor(t, 10*time.Second, "the other call to queue behind the batch", func() bool { return queuedCalls(c, n.srv.URL) == 1 })
+	answerBatches()
+	var next []string
+	select {
+	case next = <-n.batchArrived:
+	case name := <-n.arrived: // a lone call: the next exchange carried it alone
+		next = []string{name}
+	case <-ctx.Done():
+		t.Fatal("no exchange after the first batch: the call queued behind it never went")
+	}
+	for range coalesceInflight {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range callers + 1 { // every caller's calls and other's answered
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return next
+}
+
+// The callers a batch just answered, calling again at once, ride the next
+// batch with the call that waited for it, rather than leave it to go
+// without them and follow in batches of their own.
+func TestNextBatchWaitsForItsCallersToCallAgain(t *testing.T) {
+	// A quiet window far past any scheduling delay: the batch leaves when
+	// all three have called again, not on the clock.
+	next := slices.Sorted(slices.Values(batchCallers(t, time.Minute, 2*time.Minute, true))) // the node still reads its slice
+	if fmt.Sprint(next) != "[other second-0 second-1 second-2]" {
+		t.Fatalf("the batch after the first carried %v, want the waiting call and every caller's next call", next)
+	}
+}
+
+// Callers that do not call again hold the next batch back no longer than
+// the wait's bound: the call that waited goes.
+func TestNextBatchGoesWhenCallersDoNotCallAgain(t *testing.T) {
+	next := batchCallers(t, time.Minute, 10*time.Millisecond, false)
+	if fmt.Sprint(next) != "[other]" {
+		t.Fatalf("the batch after the first carried %v, want the waiting call alone", next)
 	}
 }
