@@ -14,8 +14,9 @@
 # prints one Markdown table: cycles/s, acquire p50/p99 and the servers' CPU per cycle per
 # system and worker count, then each process's share: raftlock's leader per request and a
 # follower per committed entry, and the entries each Raft round carried (one fdatasync on
-# the leader and one AppendEntries to each follower), which most decides the CPU per cycle. Server CPU is utime+stime from /proc/PID/stat of every
-# node, member or server over the measured window (the load generator is not in it); a
+# the leader and one AppendEntries to each follower), which most decides the CPU per cycle.
+# Server CPU is utime+stime from /proc/PID/stat of every node, member or server over the
+# measured window (the load generator is not in it); a
 # CPU-bound service's throughput is cores / CPU per cycle, so it is the figure that holds
 # on a machine shared with other work, where cycles/s and latency do not. The machine's
 # load average at the start is printed too.

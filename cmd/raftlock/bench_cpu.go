@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftlock/raftlock/client"
 	"github.com/raftlock/raftlock/internal/proccpu"
 )
 
@@ -78,9 +79,11 @@ func (m *cpuMeter) sample(ctx context.Context) (cpuSample, error) {
 	// The commit index and the leader's rounds first, at both ends of the
 	// window: the CPU reads that follow are microseconds, the HTTP round
 	// trips are not.
-	if st, err := m.cluster(ctx); err == nil {
+	if ep, st, err := m.cluster(ctx); err == nil {
 		s.commit, s.leader = st.CommitIndex, st.Leader
-		s.rounds, s.roundsOK = m.leaderRounds(ctx, st.Leader)
+		if leader, ok := leaderURL(ep, *st); ok {
+			s.rounds, s.roundsOK = m.rounds(ctx, leader)
+		}
 	}
 	for _, p := range m.procs {
 		c, err := proccpu.Used(p.pid)
@@ -92,37 +95,24 @@ func (m *cpuMeter) sample(ctx context.Context) (cpuSample, error) {
 	return s, nil
 }
 
-// clusterView is what bench reads of GET /v1/cluster.
-type clusterView struct {
-	ID          string `json:"id"`
-	Leader      string `json:"leader"`
-	CommitIndex uint64 `json:"commit_index"`
-}
-
-// cluster asks the endpoints in turn for GET /v1/cluster.
-func (m *cpuMeter) cluster(ctx context.Context) (*clusterView, error) {
+// cluster asks the endpoints in turn for GET /v1/cluster and returns the
+// first answer and the endpoint that gave it.
+func (m *cpuMeter) cluster(ctx context.Context) (string, *client.ClusterStatus, error) {
 	var last error
 	for _, ep := range m.endpoints {
-		st, err := m.clusterAt(ctx, ep)
+		b, err := m.get(ctx, ep+"/v1/cluster")
 		if err != nil {
 			last = err
 			continue
 		}
-		return st, nil
+		var st client.ClusterStatus
+		if err := json.Unmarshal(b, &st); err != nil {
+			last = fmt.Errorf("GET %s/v1/cluster: %w", ep, err)
+			continue
+		}
+		return ep, &st, nil
 	}
-	return nil, last
-}
-
-func (m *cpuMeter) clusterAt(ctx context.Context, ep string) (*clusterView, error) {
-	b, err := m.get(ctx, ep+"/v1/cluster")
-	if err != nil {
-		return nil, err
-	}
-	var st clusterView
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("GET %s/v1/cluster: %w", ep, err)
-	}
-	return &st, nil
+	return "", nil, last
 }
 
 func (m *cpuMeter) get(ctx context.Context, url string) ([]byte, error) {
@@ -149,20 +139,13 @@ const benchMaxMetrics = 4 << 20
 // roundsMetric is the leader's count of log writes in GET /metrics.
 const roundsMetric = "raftlock_raft_leader_dispatchLog_count"
 
-// leaderRounds reads the leader's count of Raft rounds from the endpoint
-// that says it is the leader.
-func (m *cpuMeter) leaderRounds(ctx context.Context, leader string) (uint64, bool) {
-	for _, ep := range m.endpoints {
-		if st, err := m.clusterAt(ctx, ep); err != nil || st.ID != leader {
-			continue
-		}
-		b, err := m.get(ctx, ep+"/metrics")
-		if err != nil {
-			return 0, false
-		}
-		return metricValue(b, roundsMetric)
+// rounds reads the leader's count of Raft rounds from its /metrics.
+func (m *cpuMeter) rounds(ctx context.Context, leader string) (uint64, bool) {
+	b, err := m.get(ctx, leader+"/metrics")
+	if err != nil {
+		return 0, false
 	}
-	return 0, false
+	return metricValue(b, roundsMetric)
 }
 
 // metricValue finds an unlabelled metric's value in Prometheus text.

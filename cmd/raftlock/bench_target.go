@@ -142,22 +142,31 @@ func (t *httpTarget) discover(ctx context.Context) error {
 		if last = t.get(ctx, ep+"/v1/cluster", &cs); last != nil {
 			continue
 		}
-		for _, n := range cs.Nodes {
-			if n.ID == cs.Leader && cs.Leader != "" {
-				addr := n.HTTPAddr
-				if !strings.Contains(addr, "://") {
-					scheme, _, _ := strings.Cut(ep, "://")
-					addr = scheme + "://" + addr
-				}
-				t.mu.Lock()
-				t.leader, t.leaderID, t.lookedAt = addr, cs.Leader, time.Now()
-				t.mu.Unlock()
-				return nil
-			}
+		if addr, ok := leaderURL(ep, cs); ok {
+			t.mu.Lock()
+			t.leader, t.leaderID, t.lookedAt = addr, cs.Leader, time.Now()
+			t.mu.Unlock()
+			return nil
 		}
 		last = fmt.Errorf("%s knows no leader", ep)
 	}
 	return fmt.Errorf("no leader found: %w", last)
+}
+
+// leaderURL is the base URL of the leader that cs, ep's answer to GET
+// /v1/cluster, names, in ep's scheme.
+func leaderURL(ep string, cs client.ClusterStatus) (string, bool) {
+	for _, n := range cs.Nodes {
+		if n.ID == cs.Leader && cs.Leader != "" {
+			addr := n.HTTPAddr
+			if !strings.Contains(addr, "://") {
+				scheme, _, _ := strings.Cut(ep, "://")
+				addr = scheme + "://" + addr
+			}
+			return addr, true
+		}
+	}
+	return "", false
 }
 
 func (t *httpTarget) get(ctx context.Context, url string, out any) error {
