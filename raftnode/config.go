@@ -86,6 +86,11 @@ type Config struct {
 	// 0: DefaultReadyMaxLag.
 	ReadyMaxLag uint64
 
+	// NoSendAhead makes the leader write a batch to its own log before any
+	// follower sees it, as hashicorp/raft alone does; by default it sends
+	// the batch to idle followers first (sendahead.go).
+	NoSendAhead bool
+
 	// barrier replaces raft's Barrier in tests that need it to fail.
 	barrier func() error
 	// wrapLogs wraps the log store (below the cache) in tests that need

@@ -60,6 +60,21 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		return 0
 	})
 	gauge("raftlock_waiters", "Acquires parked on this node waiting for a lock.", func() float64 { return float64(n.waiters.size()) })
+	// Counters of sendahead.go; zero when it is off.
+	aheadCount := func(name, help string, f func(*sendAhead) uint64) {
+		m.gauges = append(m.gauges, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+			if n.ahead == nil {
+				return 0
+			}
+			return float64(f(n.ahead))
+		}))
+	}
+	aheadCount("raftlock_raft_send_ahead_total", "Batches this node, as leader, sent to a follower before its own log write had finished (one per follower).",
+		func(a *sendAhead) uint64 { return a.sent.Load() })
+	aheadCount("raftlock_raft_send_ahead_used_total", "Send-ahead answers raft's replication took for the same entries of its own AppendEntries.",
+		func(a *sendAhead) uint64 { return a.used.Load() })
+	aheadCount("raftlock_raft_send_ahead_refused_total", "Send-ahead answers raft's replication could not use (refused, failed, or older than LeaderLeaseTimeout); its own AppendEntries carried the entries.",
+		func(a *sendAhead) uint64 { return a.refused.Load() })
 	return m
 }
 

@@ -39,6 +39,7 @@ type Node struct {
 	stable    *logstore.ClosingStable // boltDB as raft's stable store, closed before boltDB
 	logStore  io.Closer               // closes the log store when it is not raft.db
 	logs      raft.LogStore
+	ahead     *sendAhead // nil with Config.NoSendAhead; set before raft starts
 	fsm       *raftFSM
 
 	notifyCh chan bool     // leadership changes, buffered so Raft never blocks
@@ -217,6 +218,16 @@ func (n *Node) open() error {
 	// Above the cache: it flattens the store's error into a string.
 	// KeepMonotonic: the guard hides the WAL's IsMonotonic, which raft needs.
 	logs := logstore.KeepMonotonic(logStore, logstore.GuardWrites(cache, n.log))
+	if !cfg.NoSendAhead {
+		out, err := newEarlyTransport(cfg, rc.LeaderLeaseTimeout)
+		if err != nil {
+			return err
+		}
+		header := raft.RPCHeader{ProtocolVersion: rc.ProtocolVersion, ID: []byte(rc.LocalID), Addr: nt.EncodePeer(rc.LocalID, nt.LocalAddr())}
+		n.ahead = newSendAhead(logs, out, header, rc.LeaderLeaseTimeout, n.log.Named("sendahead"))
+		n.transport.ahead = n.ahead
+		logs = logstore.KeepMonotonic(logStore, n.ahead)
+	}
 	n.fsm = &raftFSM{m: n.machine, applied: n.onApplied, restored: n.watches.wakeAll}
 	n.fsm.integrity.log.Store(&n.log) // before raft replays the log
 	n.logs = logs
@@ -224,6 +235,9 @@ func (n *Node) open() error {
 	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.stable, snaps, n.transport)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
+	}
+	if n.ahead != nil {
+		n.ahead.raft.Store(n.raft)
 	}
 	if existing {
 		n.startIndex = n.raft.LastIndex()
@@ -326,6 +340,9 @@ func (n *Node) Close() error {
 }
 
 func (n *Node) closeStores() {
+	if n.ahead != nil {
+		n.ahead.close()
+	}
 	if n.transport != nil {
 		n.transport.CloseStreams() // pooled connections would keep peers' handlers alive
 		n.transport.Close()

@@ -129,6 +129,10 @@ type watchedTransport struct {
 	// The highest commit index a leader told in an AppendEntries of
 	// commitTerm, the latest term seen (forward's goroutine only).
 	commitTerm, commitIndex uint64
+
+	// ahead, when set (before raft starts), answers raft's AppendEntries
+	// from an early send of the same entries (sendahead.go).
+	ahead *sendAhead
 }
 
 func watchTransport(t *raft.NetworkTransport, onAppend func(*raft.AppendEntriesRequest)) *watchedTransport {
@@ -188,7 +192,16 @@ func (w *watchedTransport) keepRefused(m map[raft.ServerID]uint64) {
 // noted: nothing a snapshot would fix. Pipelined replication is off
 // (newTransport), so every batch and its answer pass through here.
 func (w *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	if err := w.NetworkTransport.AppendEntries(id, target, args, resp); err != nil {
+	send := func(req *raft.AppendEntriesRequest) error {
+		return w.NetworkTransport.AppendEntries(id, target, req, resp)
+	}
+	var err error
+	if w.ahead != nil && len(args.Entries) > 0 {
+		err = w.ahead.replicate(id, args, resp, send)
+	} else {
+		err = send(args)
+	}
+	if err != nil {
 		return err
 	}
 	if !resp.Success && !resp.NoRetryBackoff && resp.Term == args.Term && len(args.Entries) > 0 && args.Entries[0].Index <= resp.LastLog {
@@ -333,6 +346,42 @@ func newTransport(cfg Config) (*raft.NetworkTransport, error) {
 		Timeout:         10 * time.Second,
 		Logger:          cfg.Logger.Named("transport"),
 	}), nil
+}
+
+// newEarlyTransport is the outbound-only transport of the leader's early
+// sends (sendahead.go): it dials peers as newTransport's does (TLS, the
+// test's dialer) and accepts nothing, and timeout bounds each RPC.
+func newEarlyTransport(cfg Config, timeout time.Duration) (*raft.NetworkTransport, error) {
+	advertise, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseRaft)
+	if err != nil {
+		return nil, fmt.Errorf("advertise raft address %q: %w", cfg.AdvertiseRaft, err)
+	}
+	stream := newStreamLayer(nil, advertise, cfg.RaftTLS)
+	stream.dial = cfg.RaftDial
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:          &dialOnly{streamLayer: stream, closed: make(chan struct{})},
+		MaxPool:         2,
+		MaxRPCsInFlight: 1,
+		Timeout:         timeout,
+		Logger:          cfg.Logger.Named("transport.early"),
+	}), nil
+}
+
+// dialOnly is a stream layer that dials and never accepts.
+type dialOnly struct {
+	*streamLayer
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (d *dialOnly) Accept() (net.Conn, error) {
+	<-d.closed
+	return nil, net.ErrClosed
+}
+
+func (d *dialOnly) Close() error {
+	d.once.Do(func() { close(d.closed) })
+	return nil
 }
 
 func newStreamLayer(ln net.Listener, advertise net.Addr, cfg *tls.Config) *streamLayer {

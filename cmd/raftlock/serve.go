@@ -122,6 +122,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	fs.IntVar(&c.caps.Waits, "tenant-max-waits", httpapi.DefaultTenantWaits, "acquires with wait_ms one tenant may have parked on the leader; more are 429")
 	fs.IntVar(&c.caps.BlockingReads, "tenant-max-blocking-reads", httpapi.DefaultTenantBlockingReads, "blocking reads (?index=) one tenant may have parked on this node; more are 429")
 	fs.Uint64Var(&c.node.ReadyMaxLag, "ready-max-lag", raftnode.DefaultReadyMaxLag, "a follower this many entries behind the leader's commit index is not ready (/readyz)")
+	fs.BoolFunc("send-ahead", "the leader sends a new batch to idle followers before its own fdatasync instead of after it, so the two disk writes of an acquire overlap (default true; docs/PERFORMANCE.md: Send-ahead)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		c.node.NoSendAhead = !on
+		return err
+	})
 	fs.BoolVar(&c.node.AllowLostVoteRecord, "allow-lost-vote-record", false, "start although the data dir holds Raft state but raft.db lost its vote record (risk: two leaders in one term)")
 	sec := addSecurityFlags(fs)
 	if err := fs.Parse(args); err != nil {
