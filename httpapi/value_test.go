@@ -12,7 +12,7 @@ import (
 	"github.com/raftlock/raftlock/internal/nodeapi"
 )
 
-// Issue 14: a value comes with the acquire, reads show it, the holder
+// A value comes with the acquire, reads show it, the holder
 // changes it with an update (token kept, index moved, a parked read woken),
 // anyone else gets 409 not_holder.
 func TestValueAndUpdate(t *testing.T) {

@@ -61,9 +61,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// Issue 13 item 6: on a full disk the client got `500 internal` with the
-// server's file path in the message. The write now fails with ErrStorage,
-// which names no path, and the node's log has the real error.
+// On a full disk the write fails with ErrStorage, which names no path (the
+// client must not see the server's files), and the node's log has the real
+// error.
 func TestFullDiskIsErrStorage(t *testing.T) {
 	var full atomic.Bool
 	var logs syncBuffer
@@ -176,10 +176,10 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Issue 13 item 6: a follower far behind said ready. Its own commit index
-// stops at its last log entry, so after each batch of a long catch-up it
-// looked caught up. Now it is not ready while more than ReadyMaxLag entries
-// behind the commit index the leader told it.
+// A follower far behind is not ready. Its own commit index stops at its last
+// log entry, so after each batch of a long catch-up it would look caught up;
+// it is not ready while more than ReadyMaxLag entries behind the commit index
+// the leader told it.
 func TestFollowerFarBehindIsNotReady(t *testing.T) {
 	const lag = 100
 	tr := startTrio(t, Config{ReadyMaxLag: lag})
