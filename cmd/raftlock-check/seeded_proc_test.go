@@ -197,11 +197,11 @@ func seededHolds(t *testing.T, bug string) (int, string) {
 // keep (c)'s unfenced register losing writes.
 func TestSeededBugWaiterTimeoutRelease(t *testing.T) {
 	if testing.Short() {
-		t.Skip("end-to-end run of about 30 s")
+		t.Skip("end-to-end run of about 50 s")
 	}
 	build(t)
 	code, report := runChecker(t, bins.seeded, []string{"RAFTLOCK_SEEDED_BUG=waiter-timeout-release"},
-		"--raftlock-bin", bins.seededServer, "--duration", "20s", "--seed", "4242", "--clients", "8", "--locks", "2", "--faults", "holder-pause")
+		"--raftlock-bin", bins.seededServer, "--duration", "40s", "--seed", "4242", "--clients", "8", "--locks", "2", "--faults", "holder-pause")
 	if code != 1 {
 		t.Fatalf("exit status %d, want 1\n%s", code, report)
 	}

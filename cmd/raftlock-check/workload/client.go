@@ -192,9 +192,15 @@ func (c *Client) cycle(ctx context.Context) {
 				break
 			}
 			// Wait until the next release instant, give or take the time
-			// a release takes to commit and a grant to start.
+			// a release takes to commit and a grant to start: each takes
+			// about a millisecond on a quiet cluster, several on a loaded
+			// one, so the waits crowd the first milliseconds after it.
 			waited = true
-			end := nextBoundary(history.Now(), 60*time.Millisecond) + int64(time.Duration(c.rnd.Intn(41)-5)*time.Millisecond)
+			spread := c.rnd.Intn(13) - 2
+			if c.rnd.Intn(4) == 0 {
+				spread = c.rnd.Intn(41) - 5
+			}
+			end := nextBoundary(history.Now(), 60*time.Millisecond) + int64(time.Duration(spread)*time.Millisecond)
 			wait = max(1, (end-history.Now())/int64(time.Millisecond))
 			try--
 			continue
