@@ -50,8 +50,8 @@ import (
 type sendAhead struct {
 	raft.LogStore // the leader's log as raft sees it, below this
 
-	trans *raft.NetworkTransport // outbound only, timeout fresh
-	fresh time.Duration          // LeaderLeaseTimeout: how long an early answer may stand
+	trans appender      // outbound only (newEarlyTransport), timeout fresh
+	fresh time.Duration // LeaderLeaseTimeout: how long an early answer may stand
 	log   hclog.Logger
 	self  raft.ServerID
 	// raft is set once NewRaft returns; until then nothing is sent.
@@ -68,9 +68,11 @@ type sendAhead struct {
 
 // aheadPeer is one follower's state for sendAhead.
 type aheadPeer struct {
-	streaming atomic.Int32  // raft's AppendEntries with entries in flight to it
-	lagging   atomic.Bool   // it refused the last early send; cleared by raft's next success
-	reach     atomic.Uint64 // the last index its log holds, as the last success (or early send under way) tells
+	streaming atomic.Int32 // raft's AppendEntries with entries in flight to it
+	// reach is the last index its log holds, as raft's last success (or an
+	// early send under way) tells; 0, unknown, after an early send failed,
+	// until raft's replication succeeds again.
+	reach atomic.Uint64
 
 	mu      sync.Mutex
 	pending *aheadCall // the latest early send, until raft's replication claims it
@@ -103,8 +105,10 @@ func newSendAhead(logs raft.LogStore, out *raft.NetworkTransport, header raft.RP
 // closes their transport.
 func (s *sendAhead) close() {
 	s.wg.Wait()
-	s.trans.CloseStreams()
-	s.trans.Close()
+	if t, ok := s.trans.(*raft.NetworkTransport); ok {
+		t.CloseStreams()
+		t.Close()
+	}
 }
 
 func (s *sendAhead) peer(id raft.ServerID) *aheadPeer {
@@ -182,11 +186,12 @@ func (s *sendAhead) sendEarly(logs []*raft.Log) {
 }
 
 // start records an early send of req to p if p is due one: raft's
-// replication to it is idle, it took the last early send, no early send to
-// it is in flight, and its log reaches the entry just before req's (raft's
-// replication may not have sent it an earlier batch yet).
+// replication to it is idle, no early send to it is in flight, and its log
+// is known to reach the entry just before req's (raft's replication may not
+// have sent it an earlier batch yet, and after a failed early send nothing
+// is known until raft's replication succeeds).
 func (p *aheadPeer) start(req *raft.AppendEntriesRequest) *aheadCall {
-	if p.streaming.Load() > 0 || p.lagging.Load() || p.reach.Load() != req.PrevLogEntry {
+	if p.streaming.Load() > 0 || p.reach.Load() != req.PrevLogEntry {
 		return nil
 	}
 	p.mu.Lock()
@@ -210,7 +215,7 @@ func (s *sendAhead) send(p *aheadPeer, srv raft.Server, call *aheadCall) {
 	if call.err == nil && call.resp.Success {
 		return
 	}
-	p.lagging.Store(true)
+	p.reach.Store(0) // its log is not known to reach the batch
 	if call.err != nil {
 		s.log.Debug("early append failed", "peer", srv.ID, "error", call.err)
 	}
@@ -242,11 +247,17 @@ func startsWith(req, early *raft.AppendEntriesRequest) bool {
 	return a.Index == b.Index && a.Term == b.Term
 }
 
+// appender sends one AppendEntries: raft's network transport.
+type appender interface {
+	AppendEntries(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error
+}
+
 // replicate runs raft's AppendEntries req to a follower: answered by the
 // early send of its first entries when that succeeded and is fresh, with the
-// rest (if any) sent after them; else by sending req whole. While it runs no
-// early send goes to that follower, so early sends never race raft's own.
-func (s *sendAhead) replicate(id raft.ServerID, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, send func(*raft.AppendEntriesRequest) error) error {
+// rest (if any) sent by net after them; else by sending req whole. While it
+// runs no early send goes to that follower, so early sends never race
+// raft's own.
+func (s *sendAhead) replicate(net appender, id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	p := s.peer(id)
 	p.streaming.Add(1)
 	defer p.streaming.Add(-1)
@@ -272,10 +283,9 @@ func (s *sendAhead) replicate(id raft.ServerID, req *raft.AppendEntriesRequest, 
 			out = &rest
 		}
 	}
-	err := send(out)
+	err := net.AppendEntries(id, target, out, resp)
 	if err == nil && resp.Success {
 		p.reach.Store(req.Entries[len(req.Entries)-1].Index)
-		p.lagging.Store(false)
 	}
 	return err
 }

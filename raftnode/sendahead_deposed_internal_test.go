@@ -2,9 +2,6 @@ package raftnode
 
 import (
 	"context"
-	"errors"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,59 +9,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
 )
-
-// cutLinks cuts a node's Raft links one direction at a time: dials from
-// a node (out) or to it (in) are refused, and closing drops its open links.
-type cutLinks struct {
-	mu      sync.Mutex
-	ids     map[string]string // raft addr -> id
-	blockIn map[string]bool   // dials to id refused
-	blockOu map[string]bool   // dials from id refused
-	conns   map[string][]net.Conn
-}
-
-func (l *cutLinks) dialer(from string) func(ctx context.Context, addr string) (net.Conn, error) {
-	return func(ctx context.Context, addr string) (net.Conn, error) {
-		l.mu.Lock()
-		to := l.ids[addr]
-		if l.blockOu[from] || l.blockIn[to] {
-			l.mu.Unlock()
-			return nil, errors.New("link cut")
-		}
-		l.mu.Unlock()
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			return nil, err
-		}
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.blockOu[from] || l.blockIn[to] {
-			c.Close()
-			return nil, errors.New("link cut")
-		}
-		l.conns[from] = append(l.conns[from], c)
-		l.conns[to] = append(l.conns[to], c)
-		return c, nil
-	}
-}
-
-func (l *cutLinks) isolate(id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.blockIn[id], l.blockOu[id] = true, true
-	for _, c := range l.conns[id] {
-		c.Close()
-	}
-	l.conns[id] = nil
-}
-
-// openOutbound lets id dial the others again; they still cannot dial it.
-func (l *cutLinks) openOutbound(id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.blockOu[id] = false
-}
 
 // A deposed leader's linearizable reads must not be confirmed by an early
 // answer given before a newer leader existed. raft's replication takes an
@@ -82,9 +26,7 @@ func (l *cutLinks) openOutbound(id string) {
 //     them as votes: the reads answer "k" free, though W2 holds it.
 //
 // Without send-ahead, raft sends W1 itself in step 5, learns of T+1 and steps
-// down: the reads fail. The two waits below (for L's heartbeats to get
-// answers, for the reads to queue) only widen the window the test provokes;
-// no outcome it accepts depends on them. CommitTimeout is raised so that
+// down: the reads fail. CommitTimeout is raised so that
 // raft's idle replication does not tell L of T+1 in the meantime,
 // TickInterval so that no tick write queues behind the held one.
 func TestSendAheadLeavesNoStaleReadOnADeposedLeader(t *testing.T) {
@@ -104,40 +46,17 @@ func TestSendAheadLeavesNoStaleReadOnADeposedLeader(t *testing.T) {
 }
 
 func runStaleReadScenario(t *testing.T, noAhead bool) (stale, fresh, failed int) {
-	l := &cutLinks{ids: map[string]string{}, blockIn: map[string]bool{}, blockOu: map[string]bool{}, conns: map[string][]net.Conn{}}
-	disks := map[string]heldDisk{}
+	l := newLinks()
 	base := Config{StateCheckInterval: -1, CommitTimeout: 30 * time.Second, TickInterval: time.Hour, NoSendAhead: noAhead}
-	tr := startTrioWith(t, base, func(id, addr string) { l.ids[addr] = id }, func(id string, cfg *Config) {
-		cfg.RaftDial = l.dialer(id)
-		d := heldDisk{hold: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{}), once: new(atomic.Bool)}
-		disks[id] = d
-		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore { d.LogStore = s; disks[id] = d; return d }
-	})
+	tr, disks := startHeldTrio(t, base, func(id, addr string) { l.ids[addr] = id }, func(id string, cfg *Config) { cfg.RaftDial = l.dialer(id) })
 	leader := tr.leader()
-	ctx := testContext(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	cmd := fsm.Command{Op: fsm.OpAcquire, Name: "warm", LeaseID: "lease-0123456789abcdef", TTL: 60_000}
 	if _, err := leader.Apply(ctx, cmd); err != nil {
 		t.Fatalf("first write: %v", err)
 	}
-	var last uint64
-	waitUntil(t, "both followers caught up and idle", func() bool {
-		last = leader.raft.LastIndex()
-		for _, n := range tr.nodes {
-			if n == leader {
-				continue
-			}
-			if n.raft.LastIndex() != last {
-				return false
-			}
-			if leader.ahead != nil {
-				p := leader.ahead.peer(raft.ServerID(n.ID()))
-				if p.reach.Load() != last || p.streaming.Load() != 0 {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	last := idleFollowers(t, tr, leader)
 
 	// 1. W1 on L; L's own write stalls.
 	d := disks[leader.ID()]
@@ -188,8 +107,8 @@ func runStaleReadScenario(t *testing.T, noAhead bool) (stale, fresh, failed int)
 		}
 		return false
 	})
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
 	r, err := nl.Apply(wctx, fsm.Command{Op: fsm.OpAcquire, Name: "k", LeaseID: "lease-bbbbbbbbbbbbbbbb", TTL: 60_000})
 	if err != nil || r.Status != fsm.StatusOK {
 		t.Fatalf("W2 on the new leader: %+v %v", r, err)
@@ -199,8 +118,9 @@ func runStaleReadScenario(t *testing.T, noAhead bool) (stale, fresh, failed int)
 	}
 
 	// 3. L's outbound links back; its heartbeats get answers again.
-	l.openOutbound(leader.ID())
-	time.Sleep(300 * time.Millisecond)
+	dials := l.dialed(leader.ID())
+	l.letOut(leader.ID())
+	waitUntil(t, "the deposed leader's heartbeats reaching both others again", func() bool { return l.dialed(leader.ID()) >= dials+2 })
 
 	// 4. Linearizable reads of "k" on L, all begun after W2 was answered.
 	type result struct {
@@ -209,8 +129,10 @@ func runStaleReadScenario(t *testing.T, noAhead bool) (stale, fresh, failed int)
 	}
 	const reads = 40
 	results := make(chan result, reads)
+	var started atomic.Int32
 	for i := 0; i < reads; i++ {
 		go func() {
+			started.Add(1)
 			rd, err := leader.Read(ctx, false)
 			if err != nil {
 				results <- result{err: err}
@@ -220,7 +142,7 @@ func runStaleReadScenario(t *testing.T, noAhead bool) (stale, fresh, failed int)
 			results <- result{held: held}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // all queued in raft's verifyCh
+	waitUntil(t, "every read begun", func() bool { return started.Load() == reads })
 
 	// 5. L's disk returns.
 	close(d.release)

@@ -3,10 +3,12 @@ package raftnode
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/raftlock/raftlock/fsm"
 )
@@ -18,14 +20,12 @@ type heldDisk struct {
 	hold    *atomic.Bool
 	entered chan struct{}
 	release chan struct{}
-	once    *atomic.Bool
+	enter   *sync.Once
 }
 
 func (d heldDisk) StoreLogs(ls []*raft.Log) error {
 	if d.hold.Load() {
-		if d.once.CompareAndSwap(false, true) {
-			close(d.entered)
-		}
+		d.enter.Do(func() { close(d.entered) })
 		<-d.release
 	}
 	return d.LogStore.StoreLogs(ls)
@@ -33,41 +33,64 @@ func (d heldDisk) StoreLogs(ls []*raft.Log) error {
 
 func (d heldDisk) StoreLog(l *raft.Log) error { return d.StoreLogs([]*raft.Log{l}) }
 
-// The followers write a batch while the leader's own write of it is still
-// under way, and the write is answered only once the leader's copy is in its
-// log too: the leader's disk write overlaps the followers', and a quorum
-// still counts the leader only after its write.
-func TestSendAheadOverlapsTheLeadersWriteAndStillWaitsForIt(t *testing.T) {
+// startHeldTrio is startTrioWith with every node's log under a heldDisk,
+// returned by node id; configure (may be nil) adjusts each config further.
+func startHeldTrio(t *testing.T, base Config, listened func(id, addr string), configure func(id string, cfg *Config)) (*trio, map[string]heldDisk) {
 	disks := map[string]heldDisk{}
-	tr := startTrioWith(t, Config{StateCheckInterval: -1}, nil, func(id string, cfg *Config) {
-		d := heldDisk{hold: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{}), once: new(atomic.Bool)}
-		disks[id] = d
+	tr := startTrioWith(t, base, listened, func(id string, cfg *Config) {
+		d := heldDisk{hold: new(atomic.Bool), entered: make(chan struct{}), release: make(chan struct{}), enter: new(sync.Once)}
 		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore { d.LogStore = s; disks[id] = d; return d }
-		// An early answer stands for LeaderLeaseTimeout: longer than the
-		// test holds the leader's write, even on a loaded machine.
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+		if configure != nil {
+			configure(id, cfg)
+		}
 	})
-	leader := tr.leader()
-	ctx := testContext(t)
-	cmd := fsm.Command{Op: fsm.OpAcquire, Name: "warm", LeaseID: "lease-0123456789abcdef", TTL: 60_000}
-	if _, err := leader.Apply(ctx, cmd); err != nil {
-		t.Fatalf("first write: %v", err)
-	}
-	// Early sends go only to a follower whose log is known to reach the
-	// leader's last entry and whose replication is idle: wait for both.
+	return tr, disks
+}
+
+// idleFollowers waits until both followers hold the leader's last entry and,
+// with send-ahead, raft's replication has told the leader so and is idle to
+// them, so that the next batch goes to both early. It returns that index.
+func idleFollowers(t *testing.T, tr *trio, leader *Node) uint64 {
+	t.Helper()
 	var last uint64
-	waitUntil(t, "both followers acknowledged the first write", func() bool {
+	waitUntil(t, "both followers caught up and idle", func() bool {
 		last = leader.raft.LastIndex()
 		for id, n := range tr.nodes {
 			if n == leader {
 				continue
 			}
-			if p := leader.ahead.peer(raft.ServerID(id)); p.reach.Load() != last || p.streaming.Load() != 0 {
+			if n.raft.LastIndex() != last {
 				return false
+			}
+			if leader.ahead != nil {
+				if p := leader.ahead.peer(raft.ServerID(id)); p.reach.Load() != last || p.streaming.Load() != 0 {
+					return false
+				}
 			}
 		}
 		return true
 	})
+	return last
+}
+
+// The followers write a batch while the leader's own write of it is still
+// under way, and the write is answered only once the leader's copy is in its
+// log too: the leader's disk write overlaps the followers', and a quorum
+// still counts the leader only after its write.
+func TestSendAheadOverlapsTheLeadersWriteAndStillWaitsForIt(t *testing.T) {
+	tr, disks := startHeldTrio(t, Config{StateCheckInterval: -1}, nil, func(id string, cfg *Config) {
+		// An early answer stands for LeaderLeaseTimeout: longer than the
+		// test holds the leader's write, even on a loaded machine.
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+	})
+	leader := tr.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := fsm.Command{Op: fsm.OpAcquire, Name: "warm", LeaseID: "lease-0123456789abcdef", TTL: 60_000}
+	if _, err := leader.Apply(ctx, cmd); err != nil {
+		t.Fatalf("first write: %v", err)
+	}
+	last := idleFollowers(t, tr, leader)
 
 	d := disks[leader.ID()]
 	d.hold.Store(true)
@@ -107,10 +130,22 @@ func TestSendAheadOverlapsTheLeadersWriteAndStillWaitsForIt(t *testing.T) {
 	}
 }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	return ctx
+// fakeNet answers AppendEntries with answer and records what was sent.
+type fakeNet struct {
+	sent   []*raft.AppendEntriesRequest
+	answer func(req *raft.AppendEntriesRequest) (raft.AppendEntriesResponse, error)
+}
+
+func (f *fakeNet) AppendEntries(_ raft.ServerID, _ raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	f.sent = append(f.sent, req)
+	r, err := f.answer(req)
+	*resp = r
+	return err
+}
+
+// tookAll answers every request as a follower that took its entries.
+func tookAll(req *raft.AppendEntriesRequest) (raft.AppendEntriesResponse, error) {
+	return raft.AppendEntriesResponse{Term: req.Term, LastLog: req.Entries[len(req.Entries)-1].Index, Success: true}, nil
 }
 
 // raft's AppendEntries is answered by an early send of its first entries only
@@ -149,24 +184,25 @@ func TestReplicateTakesOnlyAMatchingFreshSuccessfulEarlySend(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := &sendAhead{peers: map[raft.ServerID]*aheadPeer{}, fresh: fresh}
+			earlyNet := &fakeNet{answer: func(*raft.AppendEntriesRequest) (raft.AppendEntriesResponse, error) {
+				return raft.AppendEntriesResponse{Term: 3, LastLog: 12, Success: c.ok}, c.err
+			}}
+			s := &sendAhead{trans: earlyNet, log: hclog.NewNullLogger(), peers: map[raft.ServerID]*aheadPeer{}, fresh: fresh}
 			p := s.peer("f")
 			p.reach.Store(early.PrevLogEntry)
 			call := p.start(early)
+			s.wg.Add(1)
+			s.send(p, raft.Server{ID: "f"}, call)
 			call.sent = call.sent.Add(-c.age)
-			call.resp = raft.AppendEntriesResponse{Term: 3, LastLog: 12, Success: c.ok}
-			call.err = c.err
-			close(call.done)
 
-			var sent *raft.AppendEntriesRequest
+			net := &fakeNet{answer: tookAll}
 			var resp raft.AppendEntriesResponse
-			err := s.replicate("f", c.req, &resp, func(req *raft.AppendEntriesRequest) error {
-				sent = req
-				resp = raft.AppendEntriesResponse{Term: req.Term, LastLog: req.Entries[len(req.Entries)-1].Index, Success: true}
-				return nil
-			})
-			if err != nil {
+			if err := s.replicate(net, "f", "", c.req, &resp); err != nil {
 				t.Fatal(err)
+			}
+			var sent *raft.AppendEntriesRequest
+			if len(net.sent) > 0 {
+				sent = net.sent[0]
 			}
 			last := c.req.Entries[len(c.req.Entries)-1]
 			switch {
@@ -204,12 +240,10 @@ func TestReplicateWaitsForAnEarlyAnswerOnlyWhileItCouldStand(t *testing.T) {
 	req := &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 9, PrevLogTerm: 2, Entries: []*raft.Log{{Index: 10, Term: 3}}}
 	p.reach.Store(9)
 	call := p.start(req) // never answers
-	sent := false
+	net := &fakeNet{answer: tookAll}
 	var resp raft.AppendEntriesResponse
 	done := make(chan error, 1)
-	go func() {
-		done <- s.replicate("f", req, &resp, func(*raft.AppendEntriesRequest) error { sent = true; resp.Success = true; return nil })
-	}()
+	go func() { done <- s.replicate(net, "f", "", req, &resp) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -218,7 +252,7 @@ func TestReplicateWaitsForAnEarlyAnswerOnlyWhileItCouldStand(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("raft's request still waits for an early answer %v after its send, past its %v", time.Since(call.sent), s.fresh)
 	}
-	if !sent {
+	if len(net.sent) != 1 || net.sent[0] != req {
 		t.Fatal("raft's request was not sent after the early answer could no longer stand")
 	}
 	if since := time.Since(call.sent); since < s.fresh {
@@ -231,7 +265,10 @@ func TestReplicateWaitsForAnEarlyAnswerOnlyWhileItCouldStand(t *testing.T) {
 // send (a refusal stops them until raft's replication succeeds to it again)
 // and no other early send to it is in flight.
 func TestEarlySendsGoOnlyToAFollowerThatCanTakeThem(t *testing.T) {
-	s := &sendAhead{peers: map[raft.ServerID]*aheadPeer{}}
+	refuse := &fakeNet{answer: func(*raft.AppendEntriesRequest) (raft.AppendEntriesResponse, error) {
+		return raft.AppendEntriesResponse{Term: 3, LastLog: 5}, nil // its log is shorter than known
+	}}
+	s := &sendAhead{trans: refuse, log: hclog.NewNullLogger(), peers: map[raft.ServerID]*aheadPeer{}, fresh: time.Minute}
 	p := s.peer("f")
 	req := &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 9, PrevLogTerm: 2, Entries: []*raft.Log{{Index: 10, Term: 3}}}
 	if p.start(req) != nil {
@@ -251,19 +288,82 @@ func TestEarlySendsGoOnlyToAFollowerThatCanTakeThem(t *testing.T) {
 	if p.start(next) != nil {
 		t.Fatal("a second early send started while the first is in flight")
 	}
-	// The follower refuses (its log was shorter than known): send marks it.
-	first.resp = raft.AppendEntriesResponse{Term: 3, LastLog: 5}
-	p.lagging.Store(true)
-	close(first.done)
+	s.wg.Add(1)
+	s.send(p, raft.Server{ID: "f"}, first)
 	if p.start(next) != nil {
 		t.Fatal("early send to a follower that refused the last one")
 	}
 	var resp raft.AppendEntriesResponse
 	catchUp := &raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 5, PrevLogTerm: 2, Entries: []*raft.Log{{Index: 6, Term: 2}, {Index: 7, Term: 3}, {Index: 8, Term: 3}, {Index: 9, Term: 3}, {Index: 10, Term: 3}}}
-	if err := s.replicate("f", catchUp, &resp, func(*raft.AppendEntriesRequest) error { resp.Success = true; return nil }); err != nil {
+	if err := s.replicate(&fakeNet{answer: tookAll}, "f", "", catchUp, &resp); err != nil {
 		t.Fatal(err)
 	}
 	if p.start(next) == nil {
 		t.Fatal("no early send once raft's replication caught the follower up")
+	}
+}
+
+// When the leader's own disk refuses a batch it already sent ahead, the
+// followers may still commit it, so the write is answered ErrStorage, an
+// unknown outcome, never a plain failure; the client's resend with the same
+// lease id on the next leader gets the grant the batch made, if it made one.
+func TestALeaderDiskFailureAfterAnEarlySendIsAnUnknownOutcome(t *testing.T) {
+	full := map[string]*atomic.Bool{}
+	tr := startTrioWith(t, Config{StateCheckInterval: -1}, nil, func(id string, cfg *Config) {
+		f := new(atomic.Bool)
+		full[id] = f
+		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore { return fullDisk{LogStore: s, full: f} }
+	})
+	leader := tr.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := fsm.Command{Op: fsm.OpAcquire, Name: "warm", LeaseID: "lease-0123456789abcdef", TTL: 60_000}
+	if _, err := leader.Apply(ctx, cmd); err != nil {
+		t.Fatalf("first write: %v", err)
+	}
+	last := idleFollowers(t, tr, leader)
+
+	full[leader.ID()].Store(true)
+	cmd = fsm.Command{Op: fsm.OpAcquire, Name: "k", LeaseID: "lease-aaaaaaaaaaaaaaaa", TTL: 60_000}
+	_, err := leader.Apply(ctx, cmd)
+	if !errors.Is(err, ErrStorage) {
+		t.Fatalf("a write the leader's disk refused after sending it ahead: %v, want ErrStorage (unknown outcome)", err)
+	}
+	if sent := leader.ahead.sent.Load(); sent == 0 {
+		t.Fatal("the batch was not sent ahead; the test proves nothing")
+	}
+	waitUntil(t, "a follower to hold the batch the leader could not write", func() bool {
+		for _, n := range tr.nodes {
+			if n != leader && n.raft.LastIndex() > last {
+				return true
+			}
+		}
+		return false
+	})
+	var next *Node
+	waitUntil(t, "a new leader", func() bool {
+		for _, n := range tr.nodes {
+			if n != leader && n.IsLeader() && n.readyTerm.Load() == n.raft.CurrentTerm() {
+				next = n
+				return true
+			}
+		}
+		return false
+	})
+	r, err := next.Apply(ctx, cmd)
+	if err != nil || r.Status != fsm.StatusOK {
+		t.Fatalf("the resend with the same lease id: %+v %v", r, err)
+	}
+	if r.Lock.Token <= last {
+		t.Fatalf("grant at %d, at or below the entries before the refused batch (%d)", r.Lock.Token, last)
+	}
+	for _, n := range tr.nodes {
+		if n == leader {
+			continue
+		}
+		waitUntil(t, n.ID()+" to hold k for the resent lease", func() bool {
+			l, ok := n.Machine().Get("k")
+			return ok && l.LeaseID == cmd.LeaseID && l.Token == r.Lock.Token
+		})
 	}
 }

@@ -192,14 +192,11 @@ func (w *watchedTransport) keepRefused(m map[raft.ServerID]uint64) {
 // noted: nothing a snapshot would fix. Pipelined replication is off
 // (newTransport), so every batch and its answer pass through here.
 func (w *watchedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	send := func(req *raft.AppendEntriesRequest) error {
-		return w.NetworkTransport.AppendEntries(id, target, req, resp)
-	}
 	var err error
 	if w.ahead != nil && len(args.Entries) > 0 {
-		err = w.ahead.replicate(id, args, resp, send)
+		err = w.ahead.replicate(w.NetworkTransport, id, target, args, resp)
 	} else {
-		err = send(args)
+		err = w.NetworkTransport.AppendEntries(id, target, args, resp)
 	}
 	if err != nil {
 		return err

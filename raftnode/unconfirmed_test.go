@@ -23,14 +23,24 @@ type links struct {
 	mu    sync.Mutex
 	ids   map[string]string // raft addr -> id
 	cut   map[string]bool
+	out   map[string]bool       // cut nodes that may dial out again (letOut)
+	dials map[string]int        // id -> connections it opened
 	conns map[string][]net.Conn // id -> connections it is an end of
+}
+
+func newLinks() *links {
+	return &links{ids: map[string]string{}, cut: map[string]bool{}, out: map[string]bool{}, dials: map[string]int{}, conns: map[string][]net.Conn{}}
+}
+
+func (l *links) refused(from, to string) bool {
+	return (l.cut[from] && !l.out[from]) || l.cut[to]
 }
 
 func (l *links) dialer(from string) func(ctx context.Context, addr string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		l.mu.Lock()
 		to := l.ids[addr]
-		if l.cut[from] || l.cut[to] {
+		if l.refused(from, to) {
 			l.mu.Unlock()
 			return nil, errors.New("link cut")
 		}
@@ -42,10 +52,11 @@ func (l *links) dialer(from string) func(ctx context.Context, addr string) (net.
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.cut[from] || l.cut[to] {
+		if l.refused(from, to) {
 			c.Close()
 			return nil, errors.New("link cut")
 		}
+		l.dials[from]++
 		l.conns[from] = append(l.conns[from], c)
 		l.conns[to] = append(l.conns[to], c)
 		return c, nil
@@ -65,13 +76,27 @@ func (l *links) isolate(id string) {
 func (l *links) heal(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.cut[id] = false
+	l.cut[id], l.out[id] = false, false
+}
+
+// letOut lets a cut node dial the others again; they still cannot dial it.
+func (l *links) letOut(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.out[id] = true
+}
+
+// dialed is how many connections id has opened.
+func (l *links) dialed(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dials[id]
 }
 
 // startLinkedTrio is startTrio with every node's Raft links under l.
 func startLinkedTrio(t *testing.T, base Config) (*trio, *links) {
 	t.Helper()
-	l := &links{ids: map[string]string{}, cut: map[string]bool{}, conns: map[string][]net.Conn{}}
+	l := newLinks()
 	tr := startTrioWith(t, base,
 		func(id, addr string) { l.ids[addr] = id },
 		func(id string, cfg *Config) { cfg.RaftDial = l.dialer(id) })

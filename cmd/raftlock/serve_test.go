@@ -25,6 +25,24 @@ func TestParseServe(t *testing.T) {
 					t.Errorf("%+v", c)
 				}
 			}},
+		{name: "send-ahead is on unless turned off", args: []string{"--id", "n1", "--data-dir", "d"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.node.NoSendAhead {
+					t.Error("send-ahead off by default")
+				}
+			}},
+		{name: "--send-ahead=false turns it off", args: []string{"--id", "n1", "--data-dir", "d", "--send-ahead=false"},
+			check: func(t *testing.T, c serveConfig) {
+				if !c.node.NoSendAhead {
+					t.Error("send-ahead still on")
+				}
+			}},
+		{name: "RAFTLOCK_SEND_AHEAD=false turns it off", args: []string{"--id", "n1", "--data-dir", "d"}, env: map[string]string{"RAFTLOCK_SEND_AHEAD": "false"},
+			check: func(t *testing.T, c serveConfig) {
+				if !c.node.NoSendAhead {
+					t.Error("send-ahead still on")
+				}
+			}},
 		{name: "environment fills what flags leave out", args: []string{"--id", "flag"}, env: map[string]string{"RAFTLOCK_ID": "env", "RAFTLOCK_DATA_DIR": "envdir"},
 			check: func(t *testing.T, c serveConfig) {
 				if c.node.ID != "flag" || c.node.DataDir != "envdir" {
