@@ -79,11 +79,16 @@ func (m *cpuMeter) sample(ctx context.Context) (cpuSample, error) {
 	// The commit index and the leader's rounds first, at both ends of the
 	// window: the CPU reads that follow are microseconds, the HTTP round
 	// trips are not.
-	if ep, st, err := m.cluster(ctx); err == nil {
-		s.commit, s.leader = st.CommitIndex, st.Leader
+	if ep, st, err := m.cluster(ctx, m.endpoints); err == nil {
 		if leader, ok := leaderURL(ep, *st); ok {
+			// The leader's commit index: a follower learns it with the
+			// next AppendEntries, a batch or up to CommitTimeout later.
+			if _, lst, err := m.cluster(ctx, []string{leader}); err == nil {
+				st = lst
+			}
 			s.rounds, s.roundsOK = m.rounds(ctx, leader)
 		}
+		s.commit, s.leader = st.CommitIndex, st.Leader
 	}
 	for _, p := range m.procs {
 		c, err := proccpu.Used(p.pid)
@@ -95,11 +100,11 @@ func (m *cpuMeter) sample(ctx context.Context) (cpuSample, error) {
 	return s, nil
 }
 
-// cluster asks the endpoints in turn for GET /v1/cluster and returns the
-// first answer and the endpoint that gave it.
-func (m *cpuMeter) cluster(ctx context.Context) (string, *client.ClusterStatus, error) {
+// cluster asks endpoints in turn for GET /v1/cluster and returns the first
+// answer and the endpoint that gave it.
+func (m *cpuMeter) cluster(ctx context.Context, endpoints []string) (string, *client.ClusterStatus, error) {
 	var last error
-	for _, ep := range m.endpoints {
+	for _, ep := range endpoints {
 		b, err := m.get(ctx, ep+"/v1/cluster")
 		if err != nil {
 			last = err
